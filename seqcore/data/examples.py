@@ -1,0 +1,73 @@
+"""Encoded examples and the max-length policy applied to them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from seqcore.data.records import Pair, Reject
+from seqcore.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tokenized pair.
+
+    Attributes:
+        src: source ids, no BOS/EOS.
+        tgt: target ids, no BOS/EOS.
+        has_eos: False when the target was truncated: its labels then carry no EOS.
+    """
+
+    id: str
+    group: str
+    source: str
+    target: str
+    src: list[int]
+    tgt: list[int]
+    has_eos: bool
+
+
+def encode_pairs(
+    pairs: list[Pair], src_tok: Tokenizer, tgt_tok: Tokenizer, max_src: int, max_tgt: int,
+    overlong: Literal["drop", "truncate"], file: str,
+) -> tuple[list[Example], list[Reject]]:
+    """Tokenize pairs and apply the length policy.
+
+    ``max_tgt`` counts EOS, so a kept target has at most ``max_tgt - 1`` tokens plus EOS; a
+    truncated one keeps ``max_tgt`` tokens and no EOS (the model must not learn a fake end).
+
+    Returns:
+        The kept examples, and one Reject per dropped or truncated row.
+    """
+    out: list[Example] = []
+    rejects: list[Reject] = []
+    for p in pairs:
+        src, tgt = src_tok.encode(p.source), tgt_tok.encode(p.target)
+        too_long = len(src) > max_src or len(tgt) + 1 > max_tgt
+        has_eos = True
+        if too_long and overlong == "drop":
+            rejects.append(Reject(file, p.line, "overlong", f"{p.source}\t{p.target}"))
+            continue
+        if too_long:
+            if len(tgt) + 1 > max_tgt:
+                tgt, has_eos = tgt[:max_tgt], False
+            src = src[:max_src]
+            rejects.append(Reject(file, p.line, "truncated", f"{p.source}\t{p.target}", "altered"))
+        out.append(Example(p.id, p.group, p.source, p.target, src, tgt, has_eos))
+    return out, rejects
+
+
+def write_examples(examples: list[Example], path: Path) -> None:
+    """One JSON object per line, keys sorted: identical inputs give identical bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for ex in examples:
+            f.write(json.dumps(asdict(ex), ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def read_examples(path: Path) -> list[Example]:
+    with open(path, encoding="utf-8") as f:
+        return [Example(**json.loads(line)) for line in f if line.strip()]

@@ -1,0 +1,1 @@
+"""Decoding: search and sampling over a model's next-token distribution."""

@@ -1,0 +1,73 @@
+"""Running a decoder over encoded examples and writing predictions.jsonl."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from seqcore.contract import SpecialIds, pad_batch
+from seqcore.data.examples import Example
+from seqcore.decoding.greedy import Hypothesis
+from seqcore.models.base import EncoderDecoder
+from seqcore.tokenizer import Tokenizer
+
+#: (model, src (B,S), src_mask (B,S), examples) -> one n-best list per example.
+Decoder = Callable[[EncoderDecoder, torch.Tensor, torch.Tensor, list[Example]],
+                   list[list[Hypothesis]]]
+
+
+@dataclass(frozen=True)
+class PredictionRow:
+    """One line of predictions.jsonl."""
+
+    id: str
+    group: str
+    source: str
+    reference: str
+    hypothesis: str
+    tokens: list[int]
+    pieces: list[str]
+    score: float
+    norm_score: float
+    length: int
+    eos: bool
+    nbest: list[dict[str, object]]
+
+
+def decode_examples(
+    model: EncoderDecoder, examples: list[Example], decoder: Decoder, ids: SpecialIds,
+    tgt_tok: Tokenizer, batch_size: int,
+) -> list[PredictionRow]:
+    """Decode in batches (in file order) and detokenise; the model must be in eval mode."""
+    rows: list[PredictionRow] = []
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        src, mask = pad_batch([ex.src for ex in chunk], ids.pad)
+        for ex, nbest in zip(chunk, decoder(model, src, mask, chunk), strict=True):
+            best = nbest[0]
+            rows.append(PredictionRow(
+                id=ex.id, group=ex.group, source=ex.source, reference=ex.target,
+                hypothesis=tgt_tok.decode(best.tokens), tokens=best.tokens,
+                pieces=[tgt_tok.piece(t) for t in best.tokens], score=best.score,
+                norm_score=best.norm_score, length=len(best.tokens), eos=best.eos,
+                nbest=[{"hypothesis": tgt_tok.decode(h.tokens), "tokens": h.tokens,
+                        "score": h.score, "norm_score": h.norm_score, "eos": h.eos}
+                       for h in nbest[1:]]))
+    return rows
+
+
+def write_predictions(rows: list[PredictionRow], path: Path) -> None:
+    """JSONL, keys sorted, floats as Python prints them: the same run gives the same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for r in rows:
+            f.write(json.dumps(vars(r), ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def read_predictions(path: Path) -> list[PredictionRow]:
+    with open(path, encoding="utf-8") as f:
+        return [PredictionRow(**json.loads(line)) for line in f if line.strip()]

@@ -1,0 +1,1 @@
+"""Metric statistics (kept separate from scores) and their signatures."""

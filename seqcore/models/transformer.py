@@ -1,0 +1,247 @@
+"""Transformer encoder-decoder (Vaswani et al., 2017) with pre-LN by default (Xiong et al., 2020).
+
+Attention uses ``scaled_dot_product_attention`` with boolean masks from seqcore.contract.
+Incremental decoding keeps per-layer self-attention keys/values and computes the encoder
+memory's cross-attention keys/values once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Self
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqcore.contract import attention_mask, causal_mask
+from seqcore.models.base import EncoderDecoder
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """Sizes of a Transformer encoder-decoder."""
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int
+    n_heads: int
+    enc_layers: int
+    dec_layers: int
+    d_ff: int
+    dropout: float
+    norm_first: bool
+    positions: Literal["sinusoidal", "learned"]
+    tie_embeddings: bool
+    max_len: int
+    pad_id: int
+
+
+@dataclass
+class TransformerMemory:
+    """Encoder output. states: (B, S, D); mask: (B, S) bool, True on real tokens."""
+
+    states: torch.Tensor
+    mask: torch.Tensor
+
+    def reorder(self, index: torch.Tensor) -> Self:
+        return TransformerMemory(self.states.index_select(0, index), self.mask.index_select(0, index))
+
+
+@dataclass
+class TransformerCache:
+    """Per-layer keys/values, each (B, H, T_or_S, Dh); cross ones are computed once."""
+
+    self_k: list[torch.Tensor]
+    self_v: list[torch.Tensor]
+    cross_k: list[torch.Tensor]
+    cross_v: list[torch.Tensor]
+
+    @property
+    def length(self) -> int:
+        return self.self_k[0].shape[2] if self.self_k else 0
+
+    def reorder(self, index: torch.Tensor) -> Self:
+        def pick(ts: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [t.index_select(0, index) for t in ts]
+
+        return TransformerCache(pick(self.self_k), pick(self.self_v), pick(self.cross_k),
+                                pick(self.cross_v))
+
+
+def sinusoidal_positions(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """(T,) int positions -> (T, D) sinusoidal encodings (sin on even, cos on odd dims)."""
+    half = torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
+    freq = torch.exp(-math.log(10000.0) * half / dim)
+    angles = positions.float()[:, None] * freq[None, :]
+    out = torch.zeros(positions.shape[0], dim, device=positions.device)
+    out[:, 0::2] = torch.sin(angles)
+    out[:, 1::2] = torch.cos(angles)
+    return out
+
+
+class Attention(nn.Module):
+    """Multi-head attention split into key/value projection and attending, for caching."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.q = nn.Linear(d_model, d_model)
+        self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S, D) -> keys and values, each (B, H, S, Dh)."""
+        k, v = self.kv(x).chunk(2, dim=-1)
+        return self._heads(k), self._heads(v)
+
+    def forward(
+        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Queries from x (B, T, D) over k, v (B, H, S, Dh) with mask (B, 1, T, S) -> (B, T, D)."""
+        q = self._heads(self.q(x))
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        b, h, t, dh = y.shape
+        return self.out(y.transpose(1, 2).reshape(b, t, h * dh))  # (B, T, D)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        return x.view(b, s, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, S, Dh)
+
+
+class Residual(nn.Module):
+    """Pre-LN ``x + f(ln(x))`` or post-LN ``ln(x + f(x))`` around a sublayer."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+        y = x + self.drop(fx)
+        return y if self.norm_first else self.norm(y)
+
+
+def feed_forward(d_model: int, d_ff: int, dropout: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(d_ff, d_model))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, s: TransformerShape) -> None:
+        super().__init__()
+        self.attn = Attention(s.d_model, s.n_heads, s.dropout)
+        self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
+        self.r1 = Residual(s.d_model, s.dropout, s.norm_first)
+        self.r2 = Residual(s.d_model, s.dropout, s.norm_first)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.r1.pre(x)
+        k, v = self.attn.keys_values(h)
+        x = self.r1.post(x, self.attn(h, k, v, mask))
+        return self.r2.post(x, self.ff(self.r2.pre(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, s: TransformerShape) -> None:
+        super().__init__()
+        self.self_attn = Attention(s.d_model, s.n_heads, s.dropout)
+        self.cross_attn = Attention(s.d_model, s.n_heads, s.dropout)
+        self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
+        self.r1 = Residual(s.d_model, s.dropout, s.norm_first)
+        self.r2 = Residual(s.d_model, s.dropout, s.norm_first)
+        self.r3 = Residual(s.d_model, s.dropout, s.norm_first)
+
+    def forward(
+        self, x: torch.Tensor, self_kv: tuple[torch.Tensor, torch.Tensor], self_mask: torch.Tensor,
+        cross_kv: tuple[torch.Tensor, torch.Tensor], cross_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """x (B, T, D); self_kv over all visible target positions; cross_kv over the source."""
+        x = self.r1.post(x, self.self_attn(self.r1.pre(x), *self_kv, self_mask))
+        x = self.r2.post(x, self.cross_attn(self.r2.pre(x), *cross_kv, cross_mask))
+        return self.r3.post(x, self.ff(self.r3.pre(x)))
+
+
+class Transformer(EncoderDecoder):
+    """Transformer encoder-decoder returning logits."""
+
+    def __init__(self, shape: TransformerShape) -> None:
+        super().__init__()
+        self.shape = shape
+        d = shape.d_model
+        self.src_embed = nn.Embedding(shape.src_vocab, d, padding_idx=shape.pad_id)
+        self.tgt_embed = nn.Embedding(shape.tgt_vocab, d, padding_idx=shape.pad_id)
+        self.pos = nn.Embedding(shape.max_len, d) if shape.positions == "learned" else None
+        self.drop = nn.Dropout(shape.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(shape) for _ in range(shape.enc_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(shape) for _ in range(shape.dec_layers))
+        # Pre-LN needs a final norm on each stack; post-LN layers already end normalised.
+        self.enc_norm = nn.LayerNorm(d) if shape.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d) if shape.norm_first else nn.Identity()
+        self.proj = nn.Linear(d, shape.tgt_vocab, bias=False)
+        # N(0, d^-1/2) embeddings, scaled by sqrt(d) on input (Vaswani et al. 3.4; fairseq):
+        # unit-scale inputs, and unit-scale logits when the output projection is tied.
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, mean=0.0, std=d**-0.5)
+            nn.init.zeros_(table.weight[shape.pad_id])
+        if shape.tie_embeddings:
+            self.proj.weight = self.tgt_embed.weight
+
+    def _embed(self, table: nn.Embedding, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+        positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
+        if positions.numel() and int(positions[-1]) >= self.shape.max_len:
+            raise ValueError(f"position {int(positions[-1])} >= max_len {self.shape.max_len}")
+        pos = self.pos(positions) if self.pos is not None else sinusoidal_positions(
+            positions, self.shape.d_model)
+        return self.drop(table(tokens) * math.sqrt(self.shape.d_model) + pos[None])
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> TransformerMemory:
+        x = self._embed(self.src_embed, src, 0)
+        mask = attention_mask(src_mask, src.shape[1], causal=False)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return TransformerMemory(self.enc_norm(x), src_mask)
+
+    def decode(self, tgt_in: torch.Tensor, memory: TransformerMemory) -> torch.Tensor:
+        x = self._embed(self.tgt_embed, tgt_in, 0)
+        t = tgt_in.shape[1]
+        self_mask = causal_mask(t, tgt_in.device)[None, None]  # (1, 1, T, T)
+        cross_mask = attention_mask(memory.mask, t, causal=False)
+        for layer in self.decoder:
+            h = layer.r1.pre(x)
+            kv = layer.self_attn.keys_values(h)
+            x = layer(x, kv, self_mask, layer.cross_attn.keys_values(memory.states), cross_mask)
+        return self.proj(self.dec_norm(x))
+
+    def start(self, memory: TransformerMemory) -> TransformerCache:
+        cross = [layer.cross_attn.keys_values(memory.states) for layer in self.decoder]
+        b = memory.states.shape[0]
+        empty = memory.states.new_zeros(b, self.shape.n_heads, 0,
+                                        self.shape.d_model // self.shape.n_heads)
+        n = len(self.decoder)
+        return TransformerCache([empty] * n, [empty] * n, [k for k, _ in cross],
+                                [v for _, v in cross])
+
+    def step(
+        self, tokens: torch.Tensor, memory: TransformerMemory, state: TransformerCache
+    ) -> tuple[torch.Tensor, TransformerCache]:
+        offset = state.length
+        x = self._embed(self.tgt_embed, tokens[:, None], offset)  # (B, 1, D)
+        cross_mask = attention_mask(memory.mask, 1, causal=False)
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.decoder):
+            k, v = layer.self_attn.keys_values(layer.r1.pre(x))
+            k = torch.cat([state.self_k[i], k], dim=2)
+            v = torch.cat([state.self_v[i], v], dim=2)
+            new_k.append(k)
+            new_v.append(v)
+            self_mask = torch.ones(1, 1, 1, k.shape[2], dtype=torch.bool, device=x.device)
+            x = layer(x, (k, v), self_mask, (state.cross_k[i], state.cross_v[i]), cross_mask)
+        logits = self.proj(self.dec_norm(x))[:, 0]  # (B, V)
+        return logits, TransformerCache(new_k, new_v, state.cross_k, state.cross_v)

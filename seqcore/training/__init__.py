@@ -1,0 +1,1 @@
+"""Losses, schedules, batching state, checkpoints and the training loop."""

@@ -1,0 +1,57 @@
+"""Turning encoded examples into padded, teacher-forced batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from seqcore.contract import SpecialIds, TeacherForcing, pad_batch, shift_targets
+from seqcore.data.examples import Example
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A padded batch. src, src_mask: (B, S); tf: teacher-forcing inputs/labels (B, T)."""
+
+    src: torch.Tensor
+    src_mask: torch.Tensor
+    tf: TeacherForcing
+
+    @property
+    def tokens(self) -> int:
+        """Valid label tokens (EOS included, PAD excluded)."""
+        return int(self.tf.mask.sum())
+
+
+def make_batch(examples: list[Example], ids: SpecialIds) -> Batch:
+    """Pad sources and build the teacher-forcing shift for the targets."""
+    src, src_mask = pad_batch([ex.src for ex in examples], ids.pad)
+    tf = shift_targets([ex.tgt for ex in examples], ids, [ex.has_eos for ex in examples])
+    return Batch(src, src_mask, tf)
+
+
+def mix_model_tokens(
+    tf: TeacherForcing, predictions: torch.Tensor, probability: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Scheduled sampling: replace some decoder inputs by the model's own previous predictions.
+
+    Input position t+1 is the token predicted at position t (from a first, teacher-forced
+    pass) with the given probability. BOS (position 0) and PAD positions are never replaced;
+    labels are untouched. ``predictions`` must carry no gradient: the choice is discrete.
+
+    Args:
+        tf: the teacher-forcing batch, inputs (B, T).
+        predictions: (B, T) token chosen at each position (argmax or sampled).
+        probability: chance of replacing each eligible input.
+
+    Returns:
+        (B, T) mixed decoder inputs.
+    """
+    if predictions.requires_grad:
+        raise ValueError("scheduled-sampling predictions must be detached")
+    shifted = torch.cat([tf.inputs[:, :1], predictions[:, :-1]], dim=1)  # (B, T)
+    eligible = tf.mask.clone()
+    eligible[:, 0] = False
+    draw = torch.rand(tf.inputs.shape, generator=generator) < probability
+    return torch.where(eligible & draw, shifted, tf.inputs)

@@ -1,0 +1,163 @@
+"""Complete, atomic, verifiable checkpoints.
+
+A checkpoint is a ``torch.save`` of plain containers and tensors only, so it loads with
+``weights_only=True`` and can never run code. It is written to a temporary file, fsynced and
+renamed, with its sha256 in a sidecar file; loading verifies the hash and falls back to the
+previous good checkpoint when the newest is truncated or corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+SCHEMA_VERSION = 1
+_NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
+
+
+class ContractMismatch(RuntimeError):
+    """A checkpoint was trained under a different contract than the current one."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes to a temp file in the same folder, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_blob(path: Path, payload: dict[str, Any]) -> str:
+    """Serialise a payload atomically with a ``.sha256`` sidecar; returns the hash."""
+    import io  # noqa: PLC0415
+
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    data = buf.getvalue()
+    digest = _sha256(data)
+    atomic_write(path, data)
+    atomic_write(path.with_name(path.name + ".sha256"), (digest + "\n").encode())
+    return digest
+
+
+def load_blob(path: Path) -> dict[str, Any]:
+    """Load a payload after checking its sha256 sidecar; never executes code from the file."""
+    data = path.read_bytes()
+    sidecar = path.with_name(path.name + ".sha256")
+    if not sidecar.exists():
+        raise ValueError(f"{path}: missing {sidecar.name}")
+    expected = sidecar.read_text().strip()
+    if _sha256(data) != expected:
+        raise ValueError(f"{path}: sha256 {_sha256(data)[:12]} != recorded {expected[:12]} "
+                         "(truncated or corrupted)")
+    import io  # noqa: PLC0415
+
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+
+
+def rng_snapshot() -> dict[str, Any]:
+    """RNG states of python, numpy and torch (CPU, and CUDA when present) as plain data."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), pos, has_gauss, gauss],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def rng_restore(state: dict[str, Any]) -> None:
+    """Inverse of ``rng_snapshot``."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass(frozen=True)
+class Found:
+    """The checkpoint chosen for resuming, and any newer ones that failed verification."""
+
+    path: Path
+    payload: dict[str, Any]
+    skipped: list[str]
+
+
+class CheckpointDir:
+    """Numbered ``ckpt-XXXXXXXX.pt`` files plus ``best.pt``; keeps the last K."""
+
+    def __init__(self, root: Path, keep_last: int) -> None:
+        self.root, self.keep_last = Path(root), keep_last
+
+    def numbered(self) -> list[Path]:
+        """Checkpoint files, oldest first."""
+        if not self.root.exists():
+            return []
+        found = [p for p in self.root.iterdir() if _NAME.match(p.name)]
+        return sorted(found, key=lambda p: p.name)
+
+    def save(self, step: int, payload: dict[str, Any]) -> Path:
+        path = self.root / f"ckpt-{step:08d}.pt"
+        save_blob(path, payload)
+        for old in self.numbered()[: -self.keep_last or None]:
+            old.unlink()
+            old.with_name(old.name + ".sha256").unlink(missing_ok=True)
+        return path
+
+    def clear(self) -> None:
+        """Remove every checkpoint of this folder (a fresh start must not see stale ones)."""
+        for path in [*self.numbered(), self.root / "best.pt"]:
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".sha256").unlink(missing_ok=True)
+
+    def save_best(self, payload: dict[str, Any]) -> Path:
+        path = self.root / "best.pt"
+        save_blob(path, payload)
+        return path
+
+    def latest_good(self) -> Found | None:
+        """The newest checkpoint that verifies; reports each newer one that did not."""
+        skipped: list[str] = []
+        for path in reversed(self.numbered()):
+            try:
+                payload = load_blob(path)
+            except Exception as err:  # noqa: BLE001 (any load failure means "not usable")
+                skipped.append(f"{path.name}: {err}")
+                print(f"warning: skipping unusable checkpoint {path}: {err}", file=sys.stderr)
+                continue
+            if payload.get("schema") != SCHEMA_VERSION:
+                skipped.append(f"{path.name}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
+                continue
+            return Found(path, payload, skipped)
+        return None
+
+
+def check_contract(stored: dict[str, Any], current: dict[str, Any], where: str) -> None:
+    """Raise ContractMismatch listing every key whose value differs."""
+    keys = sorted(set(stored) | set(current))
+    diff = [f"  {k}: checkpoint={stored.get(k)!r} now={current.get(k)!r}"
+            for k in keys if stored.get(k) != current.get(k)]
+    if diff:
+        raise ContractMismatch(f"{where} was trained under a different contract:\n" +
+                               "\n".join(diff) + "\nset train.resume: fresh to start over")

@@ -1,0 +1,55 @@
+"""The sequence contract: shift, masks and their polarity."""
+
+from __future__ import annotations
+
+import torch
+
+from seqcore.contract import (IGNORE_INDEX, SpecialIds, attention_mask, causal_mask, pad_batch,
+                              shift_targets)
+
+
+def test_targets_are_inputs_shifted_left_with_eos_label_and_no_bos_label(ids: SpecialIds) -> None:
+    tf = shift_targets([[10, 11, 12], [20]], ids)
+    assert tf.inputs.tolist() == [[2, 10, 11, 12], [2, 20, 0, 0]]
+    assert tf.labels.tolist() == [[10, 11, 12, 3], [20, 3, IGNORE_INDEX, IGNORE_INDEX]]
+    # labels[t] is inputs[t + 1] wherever both are real: the shift is exactly one position
+    assert torch.equal(tf.labels[0, :-1], tf.inputs[0, 1:])
+    assert (tf.labels != ids.bos).all()
+    assert tf.mask.tolist() == [[True] * 4, [True, True, False, False]]
+
+
+def test_truncated_target_gets_no_eos_label(ids: SpecialIds) -> None:
+    tf = shift_targets([[10, 11, 12]], ids, has_eos=[False])
+    assert tf.labels.tolist() == [[10, 11, 12]]
+    assert tf.inputs.tolist() == [[2, 10, 11]]
+    assert ids.eos not in tf.labels.tolist()[0]
+
+
+def test_causal_mask_shows_diagonal_and_hides_future() -> None:
+    m = causal_mask(3)
+    assert m.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_padding_mask_polarity_true_means_real_token() -> None:
+    tokens, mask = pad_batch([[5, 6, 7], [8]], pad_id=0)
+    assert tokens.tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert mask.tolist() == [[True, True, True], [True, False, False]]
+
+
+def test_fully_masked_rows_are_opened_so_softmax_is_finite() -> None:
+    key_mask = torch.tensor([[False, False], [True, False]])
+    m = attention_mask(key_mask, queries=2, causal=False)
+    assert m[0].all()  # nothing real to attend to: open every key (outputs unused)
+    assert m[1, 0].tolist() == [[True, False], [True, False]]
+    q = torch.randn(2, 1, 2, 4)
+    for dtype in (torch.float32, torch.bfloat16):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.to(dtype), q.to(dtype), q.to(dtype), attn_mask=m)
+        assert torch.isfinite(out.float()).all()
+
+
+def test_special_ids_must_be_distinct() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="distinct"):
+        SpecialIds(pad=0, unk=0, bos=2, eos=3)
