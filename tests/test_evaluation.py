@@ -214,3 +214,19 @@ def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> 
                    "`src4` → `∅` (`D AO G`)", "\"strategy\": \"greedy\"", "| data | abc |",
                    "3 times back to back", "![t](x.png)"):
         assert needle in text, needle
+
+
+def test_plots_are_png_files_and_the_same_data_gives_the_same_bytes(tmp_path: Path) -> None:
+    from seqcore.metrics import plots  # noqa: PLC0415 (matplotlib only where plots are drawn)
+    from seqcore.metrics.evaluation import failure_rate_table  # noqa: PLC0415
+
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    log = tmp_path / "log.csv"
+    log.write_text("step,loss,dev_nll\n1,3.0,nan\n2,2.0,2.5\n")
+    for name in ("a", "b"):
+        plots.training_curve_png(log, tmp_path / name / "curve.png")
+        plots.bucket_png(ev.buckets, tmp_path / name / "buckets.png")
+        plots.failure_png(failure_rate_table(ev), tmp_path / name / "failures.png")
+    for png in ("curve.png", "buckets.png", "failures.png"):
+        data = (tmp_path / "a" / png).read_bytes()
+        assert data.startswith(b"\x89PNG") and data == (tmp_path / "b" / png).read_bytes()

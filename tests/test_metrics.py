@@ -87,6 +87,7 @@ def test_bucket_name_without_edges_is_all() -> None:
     ("K K K", True), ("K K", False), ("A B A B A B", True), ("A B A B", False),
     ("A B C A B C A B C", False),  # a 3-gram loop is beyond n=2
     ("X A B A B A B Y", True), ("A B C D", False), ("", False),
+    ("K K X", False), ("A B A B C D", False),  # two in a row is not yet a loop
 ])
 def test_loop_rule_is_an_ngram_up_to_n_repeated_k_times_in_a_row(tokens: str, looped: bool) -> None:
     assert has_loop(tokens.split(), 2, 3) is looped
@@ -102,6 +103,7 @@ def test_each_failure_mode_is_detected_by_its_rule() -> None:
     rules = FailureRules(repeat_ngram=2, repeat_times=3, examples=5)
     assert failure_kinds(row("", "A"), rules, None) == {"empty"}
     assert failure_kinds(row("A B", "A B", eos=False), rules, None) == {"truncated"}
+    assert failure_kinds(row("", "A", eos=False), rules, None) == {"empty", "truncated"}
     assert failure_kinds(row("K K K", "K"), rules, None) == {"repeated"}
     assert failure_kinds(row("A ⁇", "A B", pieces=["A", "<unk>"]), rules, None) == {"illegal"}
     assert failure_kinds(row("AH QQ", "AH"), rules, is_illegal_phoneme) == {"illegal"}

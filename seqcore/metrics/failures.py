@@ -39,8 +39,8 @@ class FailureRules:
             "truncated": "maximum length reached without EOS",
             "repeated": f"a token n-gram of size 1..{self.repeat_ngram} occurs "
                         f"{self.repeat_times} times back to back",
-            "illegal": "a special piece (<unk>, <s>, </s>, <pad>) or a token outside the "
-                       "task's target alphabet",
+            "illegal": "a special piece (`<unk>`, `<s>`, `</s>`, `<pad>`) or a token outside "
+                       "the task's target alphabet",
             "repeated_ngram_rate": f"sum over hypotheses of max(0, H[g] - max(R[g], 1)) over "
                                    f"{self.repeat_ngram}-grams g / hypothesis "
                                    f"{self.repeat_ngram}-grams",
