@@ -85,12 +85,14 @@ def sacrebleu_scores(hyps: list[str], refs: list[str]) -> dict[str, Any]:
 
 
 def _table_row(rows: list[PredictionRow], stats: ErrorStats,
-               teacher: dict[str, TeacherStats] | None) -> dict[str, Any]:
-    """Scores of a subset of rows (bucket or group) with counts."""
+               teacher: dict[str, TeacherStats] | None, corpus_scores: bool) -> dict[str, Any]:
+    """Scores of a subset of rows (bucket or group) with counts; sacrebleu scores only when
+    ``corpus_scores`` (they cost ~1 s per call, too much for thousands of small groups)."""
     out: dict[str, Any] = {"count": stats.n} | stats.scores()
-    out |= {k: v for k, v in sacrebleu_scores([r.hypothesis for r in rows],
-                                              [r.reference for r in rows]).items()
-            if not k.endswith("_signature")}
+    if corpus_scores:
+        out |= {k: v for k, v in sacrebleu_scores([r.hypothesis for r in rows],
+                                                  [r.reference for r in rows]).items()
+                if not k.endswith("_signature")}
     if teacher is not None:
         tf = nll_summary([teacher[r.id] for r in rows])
         out |= {"tf_token_accuracy": tf["tf_token_accuracy"],
@@ -120,13 +122,13 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
         by_bucket[bucket_index(len(r.reference.split()), spec.edges)].append(i)
         by_group[r.group].append(i)
 
-    def table(index: list[int]) -> dict[str, Any]:
+    def table(index: list[int], corpus_scores: bool = True) -> dict[str, Any]:
         return _table_row([rows[i] for i in index], sum((stats[i] for i in index), ErrorStats()),
-                          teacher)
+                          teacher, corpus_scores)
 
     buckets = [{"bucket": bucket_label(b, spec.edges)} | table(idx)
                for b, idx in sorted(by_bucket.items())]
-    groups = ([{"group": g} | table(idx) for g, idx in sorted(by_group.items())]
+    groups = ([{"group": g} | table(idx, False) for g, idx in sorted(by_group.items())]
               if spec.group_by == "group" else [])
     total = sum(stats, ErrorStats())
     headline = total.scores() | {"examples": len(rows), "fr_accuracy_tokens": total.fr_tokens}
