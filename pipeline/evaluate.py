@@ -7,6 +7,7 @@ import hashlib
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pipeline.stage import load, read_json, signature, tokenizer_contract, write_json
 from pipeline.tracking import log_or_keep, tracking_uri
@@ -14,26 +15,23 @@ from seqcore.config import Config, as_dict, flatten
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
 from seqcore.decoding.predictions import read_predictions
-from seqcore.g2p import is_illegal_phoneme
-from seqcore.metrics.evaluation import FailureRules, evaluate_predictions
-from seqcore.metrics.report import render_report
-from seqcore.metrics.scores import perplexity
 from seqcore.hashing import sha256_file
-from seqcore.training.loop import teacher_forced_nll, set_determinism
+from seqcore.metrics import plots
+from seqcore.metrics.evaluation import (
+    Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
+from seqcore.metrics.recompute import eval_spec
+from seqcore.metrics.report import render_report, write_csv
+from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
+from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
 
 
-def teacher_forced(cfg: Config, ids: SpecialIds) -> dict[str, float]:
-    """Token NLL/perplexity on dev and test, with the denominator written next to them."""
+def teacher_forced(cfg: Config, ids: SpecialIds) -> dict[str, dict[str, TeacherStats]]:
+    """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
     model, _ = load_model(Path(cfg.paths.model))
-    out: dict[str, float] = {}
-    for split in ("dev", "test"):
-        examples = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl")
-        total, tokens = teacher_forced_nll(model, examples, ids, cfg.decode.batch_size)
-        out[f"{split}_token_nll"] = total / max(tokens, 1)
-        out[f"{split}_perplexity"] = perplexity(total, tokens)
-        out[f"{split}_ppl_denominator_tokens"] = tokens
-    return out
+    return {split: teacher_forced_stats(
+        model, read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), ids,
+        cfg.decode.batch_size) for split in ("dev", "test")}
 
 
 def git_state() -> dict[str, str]:
@@ -45,6 +43,27 @@ def git_state() -> dict[str, str]:
             "git.dirty": str(bool(git("status", "--porcelain")))}
 
 
+def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
+                  header: dict[str, Any]) -> None:
+    """metrics.json, buckets.csv, the details directory (plot data, PNGs) and report.md."""
+    details = Path(cfg.evaluate.details_dir)
+    write_json(cfg.paths.metrics, metrics)
+    write_csv(cfg.paths.buckets, result.buckets)
+    write_csv(details / "failure_rates.csv", failure_rate_table(result))
+    if result.groups:
+        write_csv(details / "groups.csv", result.groups)
+    plots.training_curve_png(Path(cfg.paths.train_log), details / "training_curve.png")
+    plots.bucket_png(result.buckets, details / "buckets.png")
+    plots.failure_png(failure_rate_table(result), details / "failure_rates.png")
+    rel = Path(details).relative_to(Path(cfg.paths.report).parent)
+    images = {t: str(rel / f) for t, f in (("training curve", "training_curve.png"),
+                                           ("metrics by length bucket", "buckets.png"),
+                                           ("failure-mode rates", "failure_rates.png"))}
+    Path(cfg.paths.report).write_text(render_report(
+        metrics, result, header["decode"], eval_spec(cfg).rules.describe(), images),
+        encoding="utf-8")
+
+
 def main() -> None:
     cfg = load(__doc__)
     split = cfg.decode.split
@@ -53,23 +72,12 @@ def main() -> None:
     sig = signature(cfg, "evaluate", header["signature"], str(pred_path))
     tc = tokenizer_contract(cfg)
     set_determinism(cfg.train.seed, cfg.train.threads)
-    ev = cfg.evaluate
-    result = evaluate_predictions(
-        read_predictions(pred_path), ev.bucket_edges,
-        FailureRules(ev.repeat_ngram, ev.repeat_times, ev.examples_per_failure),
-        is_illegal_phoneme if cfg.task == "g2p" else None)
     tf = teacher_forced(cfg, SpecialIds(**tc["special_ids"]))
-    metrics = {"split": split, "signature": sig, "tokenizer_tgt": f"{tc['tgt']['sha256'][:12]}",
-               **tf, **result.headline,
-               "failures": {k: {"count": v["count"], "rate": v["rate"]}
-                            for k, v in result.failures.items() if "count" in v},
-               "length_ratio": result.failures["length_ratio"]}
-    write_json(cfg.paths.metrics, metrics)
-    with open(cfg.paths.buckets, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(result.buckets[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(result.buckets)
-    Path(cfg.paths.report).write_text(render_report(metrics, result, as_dict(cfg.decode), sig))
+    result = evaluate_predictions(read_predictions(pred_path), eval_spec(cfg), tf[split])
+    metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
+               "tokenizer_tgt_sha256": tc["tgt"]["sha256"], **prediction_metrics(result),
+               **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
+    write_outputs(cfg, metrics, result, header)
 
     steps = [(name, int(float(row["step"])), float(row[col]))
              for row in csv.DictReader(open(cfg.paths.train_log))

@@ -187,6 +187,11 @@ class EvaluateConfig:
     repeat_times: int = 3  # ... repeated this many times in a row marks a "repeated" output
     examples_per_failure: int = 5
     prediction_sample: int = 50  # predictions logged to MLflow as an artifact
+    # Per-group table (groups.csv) over the data's `group` column (tsv/jsonl). Off by default:
+    # CMUdict's group is the headword, so a per-group table would have one row per word.
+    group_by: Literal["none", "group"] = "none"
+    # Plot data (CSV) and PNG images of the report's plots, plus groups.csv: one DVC output.
+    details_dir: str = "reports/evaluation"
 
 
 @dataclass(frozen=True)

@@ -1,135 +1,177 @@
-"""Evaluation of a predictions file: headline metrics, length buckets, failure modes."""
+"""Evaluation of a predictions file: headline metrics, length buckets, groups, failure modes.
+
+Everything here is computed from the predictions alone, except the optional teacher-forced
+statistics (which need the model) that are joined in by example id.
+"""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import sacrebleu
 
 from seqcore.decoding.predictions import PredictionRow
+from seqcore.g2p import is_illegal_phoneme
+from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats
+from seqcore.metrics.teacher import TeacherStats, nll_summary
 
 
 @dataclass(frozen=True)
-class FailureRules:
-    """How failure modes are detected (recorded with the results)."""
+class EvalSpec:
+    """What an evaluation needs besides the rows (built from the ``evaluate`` section)."""
 
-    repeat_ngram: int
-    repeat_times: int
-    examples: int
+    edges: tuple[int, ...]
+    rules: FailureRules
+    group_by: str  # "none" | "group"
+    illegal: Callable[[str], bool] | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evaluation:
-    """Everything computed from the predictions alone."""
+    """Everything computed for one predictions file.
+
+    Attributes:
+        headline: corpus-level scores (flat, JSON-ready).
+        buckets: one row per non-empty reference-length bucket, in length order.
+        groups: one row per group (empty unless group_by == "group").
+        failures: failure_modes() output (counts, rates, examples, length ratio).
+    """
 
     headline: dict[str, Any]
     buckets: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
     failures: dict[str, Any]
-    groups: dict[str, Any] = field(default_factory=dict)
+
+
+def illegal_symbol_rule(task: str) -> Callable[[str], bool] | None:
+    """The target alphabet check of a task (ARPAbet for G2P), None if the task has none."""
+    return is_illegal_phoneme if task == "g2p" else None
+
+
+def bucket_index(length: int, edges: tuple[int, ...]) -> int:
+    """Index of the first edge >= length (len(edges) for the open last bucket)."""
+    return next((i for i, e in enumerate(edges) if length <= e), len(edges))
 
 
 def bucket_name(length: int, edges: tuple[int, ...]) -> str:
-    """Bucket label for a reference length: ``<=e0``, ``e0+1-e1``, ..., ``>eN``."""
-    lo = 1
-    for edge in edges:
-        if length <= edge:
-            return f"{lo}-{edge}"
-        lo = edge + 1
-    return f">{edges[-1]}" if edges else "all"
+    """Bucket label of a reference length: ``1-e0``, ``e0+1-e1``, ..., ``>eN``.
 
-
-def has_loop(tokens: list[str], n: int, times: int) -> bool:
-    """True if some token n-gram (size 1..n) occurs ``times`` times in a row.
-
-    E.g. n=2, times=3 flags ``A B A B A B`` and ``K K K``.
+    The first bucket also holds length 0; without edges everything is ``all``.
     """
-    for size in range(1, n + 1):
-        for start in range(len(tokens) - size * times + 1):
-            gram = tokens[start : start + size]
-            if all(tokens[start + k * size : start + (k + 1) * size] == gram
-                   for k in range(1, times)):
-                return True
-    return False
+    return bucket_label(bucket_index(length, edges), edges)
 
 
-def evaluate_predictions(
-    rows: list[PredictionRow], edges: tuple[int, ...], rules: FailureRules,
-    illegal: Any = None,
-) -> Evaluation:
-    """Compute headline metrics, per-bucket metrics and failure modes.
-
-    Args:
-        rows: the predictions (one per example; variants of one source share ``group``).
-        edges: reference-length bucket edges (in target tokens).
-        rules: failure-mode detection settings.
-        illegal: optional callable token -> bool marking symbols outside the target alphabet.
-    """
-    refs_by_group: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        refs_by_group[r.group].add(r.reference)
-    total, per_bucket = ErrorStats(), defaultdict(ErrorStats)
-    multi = 0
-    for r in rows:
-        st = error_stats(r.hypothesis, r.reference)
-        total += st
-        per_bucket[bucket_name(len(r.reference.split()), edges)] += st
-        multi += r.hypothesis in refs_by_group[r.group]
-    headline = total.scores() | {
-        "exact_match_multi_ref": multi / len(rows) if rows else math.nan,
-        "examples": len(rows)}
-    headline |= _sacrebleu(rows)
-    buckets = [{"bucket": name, "count": st.n} | st.scores()
-               for name, st in sorted(per_bucket.items(), key=lambda kv: _bucket_key(kv[0]))]
-    return Evaluation(headline, buckets, failure_modes(rows, rules, illegal))
+def bucket_label(index: int, edges: tuple[int, ...]) -> str:
+    """Label of bucket ``index`` (see bucket_name)."""
+    if not edges:
+        return "all"
+    if index == len(edges):
+        return f">{edges[-1]}"
+    return f"{edges[index - 1] + 1 if index else 1}-{edges[index]}"
 
 
-def _bucket_key(name: str) -> int:
-    return int(name.lstrip(">").split("-")[0]) + (1000 if name.startswith(">") else 0)
-
-
-def _sacrebleu(rows: list[PredictionRow]) -> dict[str, Any]:
-    hyps = [r.hypothesis for r in rows]
-    refs = [[r.reference for r in rows]]
+def sacrebleu_scores(hyps: list[str], refs: list[str]) -> dict[str, Any]:
+    """Corpus BLEU, chrF and TER by sacrebleu with default settings, and their signatures."""
     out: dict[str, Any] = {}
     for name, metric in (("bleu", sacrebleu.metrics.BLEU()), ("chrf", sacrebleu.metrics.CHRF()),
                          ("ter", sacrebleu.metrics.TER())):
-        score = metric.corpus_score(hyps, refs)
-        out[name] = score.score
+        out[name] = metric.corpus_score(hyps, [refs]).score
         out[f"{name}_signature"] = str(metric.get_signature())
     return out
 
 
-def failure_modes(rows: list[PredictionRow], rules: FailureRules, illegal: Any) -> dict[str, Any]:
-    """Counts, rates and examples of empty, truncated, repeated and illegal outputs."""
-    kinds: dict[str, list[PredictionRow]] = {"empty": [], "truncated": [], "repeated": [],
-                                              "illegal": []}
-    ratios = []
-    for r in rows:
-        toks = r.hypothesis.split()
-        if not toks:
-            kinds["empty"].append(r)
-        if not r.eos:
-            kinds["truncated"].append(r)
-        if has_loop(toks, rules.repeat_ngram, rules.repeat_times):
-            kinds["repeated"].append(r)
-        if "<unk>" in r.pieces or (illegal is not None and any(illegal(t) for t in toks)):
-            kinds["illegal"].append(r)
-        ratios.append(len(toks) / max(len(r.reference.split()), 1))
-    n = max(len(rows), 1)
-    out: dict[str, Any] = {
-        kind: {"count": len(found), "rate": len(found) / n,
-               "examples": [{"id": r.id, "source": r.source, "reference": r.reference,
-                             "hypothesis": r.hypothesis} for r in found[: rules.examples]]}
-        for kind, found in kinds.items()}
-    out["length_ratio"] = {
-        "mean": sum(ratios) / n,
-        "below_0.5": sum(x < 0.5 for x in ratios) / n,
-        "above_1.5": sum(x > 1.5 for x in ratios) / n}
-    out["rules"] = {"repeated": f"a token n-gram of size 1..{rules.repeat_ngram} repeated "
-                                f"{rules.repeat_times} times in a row",
-                    "truncated": "max length reached without EOS", "empty": "no tokens"}
+def _table_row(rows: list[PredictionRow], stats: ErrorStats,
+               teacher: dict[str, TeacherStats] | None, corpus_scores: bool) -> dict[str, Any]:
+    """Scores of a subset of rows (bucket or group) with counts; sacrebleu scores only when
+    ``corpus_scores`` (they cost ~1 s per call, too much for thousands of small groups)."""
+    out: dict[str, Any] = {"count": stats.n} | stats.scores()
+    if corpus_scores:
+        out |= {k: v for k, v in sacrebleu_scores([r.hypothesis for r in rows],
+                                                  [r.reference for r in rows]).items()
+                if not k.endswith("_signature")}
+    if teacher is not None:
+        tf = nll_summary([teacher[r.id] for r in rows])
+        out |= {"tf_token_accuracy": tf["tf_token_accuracy"],
+                "exposure_bias_gap": tf["tf_token_accuracy"] - out["fr_token_accuracy"],
+                "token_nll": tf["token_nll"], "perplexity": tf["perplexity"],
+                "ppl_denominator_tokens": tf["ppl_denominator_tokens"]}
     return out
+
+
+def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
+                         teacher: dict[str, TeacherStats] | None = None) -> Evaluation:
+    """Compute headline metrics, per-bucket and per-group tables and failure modes.
+
+    Args:
+        rows: the predictions (one per example; references of one source share ``group``).
+        spec: bucket edges, failure rules, grouping and the target-alphabet check.
+        teacher: optional teacher-forced statistics of the same examples, by id.
+    """
+    refs_by_group: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        refs_by_group[r.group].add(r.reference)
+    stats = [error_stats(r.hypothesis, r.reference, r.eos, frozenset(refs_by_group[r.group]))
+             for r in rows]
+    by_bucket: dict[int, list[int]] = defaultdict(list)
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_bucket[bucket_index(len(r.reference.split()), spec.edges)].append(i)
+        by_group[r.group].append(i)
+
+    def table(index: list[int], corpus_scores: bool = True) -> dict[str, Any]:
+        return _table_row([rows[i] for i in index], sum((stats[i] for i in index), ErrorStats()),
+                          teacher, corpus_scores)
+
+    buckets = [{"bucket": bucket_label(b, spec.edges)} | table(idx)
+               for b, idx in sorted(by_bucket.items())]
+    groups = ([{"group": g} | table(idx, False) for g, idx in sorted(by_group.items())]
+              if spec.group_by == "group" else [])
+    total = sum(stats, ErrorStats())
+    headline = total.scores() | {"examples": len(rows), "fr_accuracy_tokens": total.fr_tokens}
+    headline |= sacrebleu_scores([r.hypothesis for r in rows], [r.reference for r in rows])
+    if teacher is not None:
+        tf = nll_summary([teacher[r.id] for r in rows])
+        headline |= {"tf_token_accuracy": tf["tf_token_accuracy"],
+                     "tf_accuracy_tokens": tf["ppl_denominator_tokens"],
+                     "exposure_bias_gap": tf["tf_token_accuracy"] - headline["fr_token_accuracy"]}
+    return Evaluation(headline, buckets, groups, failure_modes(rows, spec.rules, spec.illegal))
+
+
+def prediction_metrics(ev: Evaluation) -> dict[str, Any]:
+    """The part of metrics.json that follows from the predictions file alone."""
+    keep = ("exact_match", "exact_match_multi_ref", "word_error_rate", "token_error_rate",
+            "char_error_rate", "fr_token_accuracy", "fr_accuracy_tokens", "examples", "bleu",
+            "bleu_signature", "chrf", "chrf_signature", "ter", "ter_signature")
+    failures: dict[str, Any] = {k: {"count": ev.failures[k]["count"],
+                                    "rate": ev.failures[k]["rate"]} for k in KINDS}
+    failures["repeated_ngrams"] = dict(ev.failures["repeated_ngrams"])
+    return {k: ev.headline[k] for k in keep} | {
+        "failures": failures, "length_ratio": dict(ev.failures["length_ratio"])}
+
+
+def teacher_metrics(per_split: dict[str, list[TeacherStats]], ev: Evaluation) -> dict[str, Any]:
+    """The model-dependent part of metrics.json: NLL/perplexity per split with denominators,
+    and the teacher-forced vs free-running accuracy gap on the decoded split."""
+    out: dict[str, Any] = {}
+    for split, stats in per_split.items():
+        out |= {f"{split}_{k}": v for k, v in nll_summary(stats).items()}
+    for key in ("tf_token_accuracy", "tf_accuracy_tokens", "exposure_bias_gap"):
+        if key in ev.headline:
+            out[key] = ev.headline[key]
+    return out
+
+
+def failure_rate_table(ev: Evaluation) -> list[dict[str, Any]]:
+    """One row per failure mode (mode, count, rate): the data of the failure-rate plot."""
+    rows = [{"mode": k, "count": ev.failures[k]["count"], "rate": ev.failures[k]["rate"]}
+            for k in KINDS]
+    rep = ev.failures["repeated_ngrams"]
+    rows.append({"mode": "repeated_ngrams", "count": rep["count"], "rate": rep["rate"]})
+    lr = ev.failures["length_ratio"]
+    rows += [{"mode": "length_ratio<0.5", "count": "", "rate": lr["below_0.5"]},
+             {"mode": "length_ratio>1.5", "count": "", "rate": lr["above_1.5"]}]
+    return rows

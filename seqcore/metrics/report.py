@@ -1,42 +1,120 @@
-"""reports/report.md: a human-readable summary of an evaluation."""
+"""reports/report.md: a human-readable summary of an evaluation, and the CSV writer."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 from seqcore.metrics.evaluation import Evaluation
+from seqcore.metrics.failures import KINDS
 
-_HEADLINE = ("exact_match", "exact_match_multi_ref", "token_error_rate", "char_error_rate",
-             "test_perplexity", "test_ppl_denominator_tokens", "dev_perplexity", "bleu", "chrf",
-             "ter", "examples")
+#: (metrics.json key, what it is divided by) for the headline table.
+_HEADLINE = (
+    ("exact_match", "sequences (`examples`); WER = 1 - exact_match"),
+    ("exact_match_multi_ref", "sequences; any reference of the same group counts"),
+    ("token_error_rate", "reference tokens (PER for G2P)"),
+    ("char_error_rate", "reference characters of the detokenised text, spaces included"),
+    ("bleu", "sacrebleu corpus BLEU (`bleu_signature`)"),
+    ("chrf", "sacrebleu corpus chrF (`chrf_signature`)"),
+    ("ter", "sacrebleu corpus TER (`ter_signature`)"),
+    ("tf_token_accuracy", "label tokens (`tf_accuracy_tokens`: targets + EOS)"),
+    ("fr_token_accuracy", "reference tokens + EOS (`fr_accuracy_tokens`)"),
+    ("exposure_bias_gap", "tf_token_accuracy - fr_token_accuracy"),
+)
+_SPLIT_KEYS = ("token_nll", "perplexity", "ppl_denominator_tokens", "sequence_mean_nll",
+               "sequences", "tf_token_accuracy")
 
 
-def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+def fmt(value: Any) -> str:
+    """Four decimals for floats, plain text otherwise."""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4f}"
+    return str(value)
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """A CSV with the first row's keys as header (an empty file for no rows)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return ["(no rows)"]
+    cols = list(rows[0])
+    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows])
+
+
+def _headline(metrics: dict[str, Any]) -> list[str]:
+    lines = [f"Split `{metrics['split']}`, {metrics['examples']} sequences.", "",
+             "| metric | value | denominator / note |", "|---|---|---|"]
+    lines += [f"| {k} | {fmt(metrics[k])} | {note} |" for k, note in _HEADLINE if k in metrics]
+    lines += ["", "Teacher-forced NLL (nats per token; EOS included, PAD and BOS excluded; "
+              f"target tokenizer sha256 `{metrics.get('tokenizer_tgt_sha256', '?')}`: "
+              "perplexities are comparable only under this tokenizer):", "",
+              "| split | " + " | ".join(_SPLIT_KEYS) + " |", "|---" * (len(_SPLIT_KEYS) + 1) + "|"]
+    for split in ("dev", "test"):
+        if f"{split}_perplexity" in metrics:
+            lines.append(f"| {split} | " + " | ".join(fmt(metrics[f"{split}_{k}"])
+                                                      for k in _SPLIT_KEYS) + " |")
+    lines += ["", "sacrebleu signatures: " + ", ".join(
+        f"{k} `{metrics[k + '_signature']}`" for k in ("bleu", "chrf", "ter")
+        if k + "_signature" in metrics)]
+    return lines
+
+
+def _failures(ev: Evaluation, rules: dict[str, str]) -> list[str]:
+    lines = ["| mode | rule | count | rate | examples (source → hypothesis, ref) |",
+             "|---|---|---|---|---|"]
+    for kind in KINDS:
+        info = ev.failures[kind]
+        ex = "<br>".join(f"`{e['source']}` → `{e['hypothesis'] or '∅'}` (`{e['reference']}`)"
+                         for e in info["examples"]) or "—"
+        lines.append(f"| {kind} | {rules[kind]} | {info['count']} | {fmt(info['rate'])} | {ex} |")
+    rep, lr = ev.failures["repeated_ngrams"], ev.failures["length_ratio"]
+    lines += ["", f"Repeated n-grams not licensed by the reference: {rep['count']} of "
+              f"{rep['ngrams']} hypothesis n-grams = {fmt(rep['rate'])} "
+              f"({rules['repeated_ngram_rate']}).", "",
+              f"Length ratio ({rules['length_ratio']}): mean {fmt(lr['mean'])}, median "
+              f"{fmt(lr['median'])}, share < 0.5: {fmt(lr['below_0.5'])}, share > 1.5: "
+              f"{fmt(lr['above_1.5'])}."]
+    return lines
 
 
 def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any],
-                  signature: str) -> str:
-    """Markdown with the headline, bucket and failure-mode tables and the exact settings."""
-    lines = [f"# Evaluation report ({metrics['split']} split)", "",
-             f"Contract: `{signature}`", "", "## Headline", "", "| metric | value |",
-             "|---|---|"]
-    lines += [f"| {k} | {_fmt(metrics[k])} |" for k in _HEADLINE if k in metrics]
-    lines += ["", "Word error rate = 1 - exact_match. Perplexity is per target token (EOS "
-              "included, PAD and BOS excluded) over the denominator shown, under this "
-              "tokenizer only.", "", "## By reference length", ""]
-    cols = list(ev.buckets[0]) if ev.buckets else []
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(b[c]) for c in cols) + " |" for b in ev.buckets]
-    lines += ["", "## Failure modes", "", "| mode | count | rate | examples |", "|---|---|---|---|"]
-    for kind, info in ev.failures.items():
-        if "count" not in info:
-            continue
-        ex = "; ".join(f"`{e['source']}` → `{e['hypothesis']}` (ref `{e['reference']}`)"
-                       for e in info["examples"])
-        lines.append(f"| {kind} | {info['count']} | {info['rate']:.4f} | {ex} |")
-    lines += ["", f"Length ratio (hyp/ref): {json.dumps(ev.failures['length_ratio'])}", "",
-              f"Rules: {json.dumps(ev.failures['rules'])}", "", "## Decode settings", "",
-              "```json", json.dumps(decode, indent=2, sort_keys=True), "```", ""]
+                  rules: dict[str, str], images: dict[str, str]) -> str:
+    """Markdown: headline, bucket, group and failure-mode tables, images, exact settings.
+
+    Args:
+        metrics: the metrics.json content.
+        ev: the evaluation (tables and failure examples).
+        decode: the decode settings recorded in the predictions header.
+        rules: failure rules in words (FailureRules.describe()).
+        images: title -> PNG path relative to the report.
+    """
+    lines = [f"# Evaluation report ({metrics['split']} split)", "", "## Headline", ""]
+    lines += _headline(metrics)
+    lines += ["", "## By reference length", "",
+              "Buckets of reference length in tokens (EOS not counted); `count` sequences "
+              "each. BLEU/chrF/TER are corpus scores of the bucket.", ""]
+    lines += _table(ev.buckets)
+    if ev.groups:
+        lines += ["", "## By group", "", f"{len(ev.groups)} groups (also in groups.csv).", ""]
+        lines += _table(ev.groups[:50])
+    lines += ["", "## Failure modes", ""] + _failures(ev, rules)
+    lines += ["", "## Plots", ""] + [f"![{t}]({p})" for t, p in images.items()]
+    sig = metrics["signature"]
+    lines += ["", "## Contract", "", f"`{sig}`", "", "| field | value |", "|---|---|"]
+    lines += [f"| {part.split(':', 1)[0]} | {part.split(':', 1)[-1]} |" for part in sig.split("|")]
+    lines += ["", "## Decode settings", "", "```json", json.dumps(decode, indent=2,
+                                                                  sort_keys=True), "```", ""]
     return "\n".join(lines)

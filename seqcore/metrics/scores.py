@@ -1,55 +1,84 @@
-"""Sequence-level metrics from predictions: statistics first, scores from statistics."""
+"""Sequence-level metric statistics from predictions: statistics first, scores from statistics.
+
+Units (stated once, here):
+- token: a whitespace-separated token of the detokenised text (an ARPAbet phoneme for G2P,
+  where the target tokenizer is word-level and tokens equal SentencePiece pieces);
+- char: a Unicode code point of the detokenised text, spaces included;
+- free-running token accuracy: reference tokens plus one EOS, matched in a minimum-edit
+  alignment against the hypothesis tokens plus EOS when the decoder produced it.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from seqcore.metrics.edit import levenshtein
+from seqcore.metrics.edit import aligned_matches, levenshtein
 
-
-@dataclass(frozen=True)
-class Prediction:
-    """What the metrics need from one predictions.jsonl line."""
-
-    id: str
-    group: str
-    reference: str
-    hypothesis: str
-    eos: bool
+#: Stand-in for the end-of-sequence label in free-running alignments (never a text token).
+EOS_MARK = "\x00eos"
 
 
 @dataclass(frozen=True)
 class ErrorStats:
-    """Additive statistics: sums that merge across shards and buckets."""
+    """Additive statistics: sums that merge across shards, buckets and groups.
+
+    Attributes:
+        n: sequences.
+        exact: hypotheses equal to their own reference (token-wise).
+        exact_multi: hypotheses equal to any reference of their group.
+        token_edits, ref_tokens: Levenshtein distance over tokens and reference tokens.
+        char_edits, ref_chars: Levenshtein distance over characters and reference characters.
+        fr_matches, fr_tokens: free-running aligned matches and reference tokens + EOS.
+    """
 
     n: int = 0
     exact: int = 0
+    exact_multi: int = 0
     token_edits: int = 0
     ref_tokens: int = 0
     char_edits: int = 0
     ref_chars: int = 0
+    fr_matches: int = 0
+    fr_tokens: int = 0
 
     def __add__(self, other: ErrorStats) -> ErrorStats:
-        return ErrorStats(*(a + b for a, b in zip(self._tuple(), other._tuple())))
-
-    def _tuple(self) -> tuple[int, ...]:
-        return (self.n, self.exact, self.token_edits, self.ref_tokens, self.char_edits,
-                self.ref_chars)
+        return ErrorStats(*(getattr(self, f.name) + getattr(other, f.name)
+                            for f in fields(self)))
 
     def scores(self) -> dict[str, float]:
-        """exact_match, token_error_rate and char_error_rate (NaN when undefined)."""
-        div = lambda a, b: a / b if b else math.nan  # noqa: E731
-        return {"exact_match": div(self.exact, self.n),
-                "token_error_rate": div(self.token_edits, self.ref_tokens),
-                "char_error_rate": div(self.char_edits, self.ref_chars)}
+        """Rates from the sums (NaN when a denominator is 0)."""
+        return {"exact_match": ratio(self.exact, self.n),
+                "exact_match_multi_ref": ratio(self.exact_multi, self.n),
+                "word_error_rate": ratio(self.n - self.exact, self.n),
+                "token_error_rate": ratio(self.token_edits, self.ref_tokens),
+                "char_error_rate": ratio(self.char_edits, self.ref_chars),
+                "fr_token_accuracy": ratio(self.fr_matches, self.fr_tokens)}
 
 
-def error_stats(hypothesis: str, reference: str) -> ErrorStats:
-    """Statistics of one (hypothesis, reference) pair; tokens are whitespace-separated."""
+def ratio(num: float, den: float) -> float:
+    """num / den, NaN when den is 0 (an undefined rate is never reported as 0)."""
+    return num / den if den else math.nan
+
+
+def error_stats(hypothesis: str, reference: str, eos: bool = True,
+                references: frozenset[str] = frozenset()) -> ErrorStats:
+    """Statistics of one (hypothesis, reference) pair.
+
+    Args:
+        hypothesis, reference: detokenised text; tokens are whitespace-separated.
+        eos: whether the decoder produced EOS (a truncated output has none to align).
+        references: every reference of the pair's group (multi-reference exact match);
+            the pair's own reference always counts.
+    """
     h, r = hypothesis.split(), reference.split()
-    hc, rc = list(hypothesis), list(reference)
-    return ErrorStats(1, int(h == r), levenshtein(h, r), len(r), levenshtein(hc, rc), len(rc))
+    multi = h == r or any(h == other.split() for other in references)
+    fr_h = h + ([EOS_MARK] if eos else [])
+    return ErrorStats(
+        n=1, exact=int(h == r), exact_multi=int(multi), token_edits=levenshtein(h, r),
+        ref_tokens=len(r), char_edits=levenshtein(list(hypothesis), list(reference)),
+        ref_chars=len(reference), fr_matches=aligned_matches(fr_h, r + [EOS_MARK]),
+        fr_tokens=len(r) + 1)
 
 
 def perplexity(nll_sum: float, tokens: int) -> float:

@@ -1,0 +1,36 @@
+"""Recompute the prediction-derived part of metrics.json from a predictions file alone.
+
+An audit compares every key returned here with the same key of ``reports/metrics.json``:
+the two must be equal. The teacher-forced figures (perplexity, teacher-forced accuracy and
+the exposure-bias gap) need the model and are not part of this recomputation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seqcore.config import Config
+from seqcore.decoding.predictions import read_predictions
+from seqcore.metrics.evaluation import (
+    EvalSpec, evaluate_predictions, illegal_symbol_rule, prediction_metrics)
+from seqcore.metrics.failures import FailureRules
+
+
+def eval_spec(cfg: Config) -> EvalSpec:
+    """The evaluation settings of a config (``evaluate`` section and the task's alphabet)."""
+    ev = cfg.evaluate
+    return EvalSpec(ev.bucket_edges,
+                    FailureRules(ev.repeat_ngram, ev.repeat_times, ev.examples_per_failure),
+                    ev.group_by, illegal_symbol_rule(cfg.task))
+
+
+def recompute_metrics(predictions_path: str | Path, settings: Config) -> dict[str, Any]:
+    """metrics.json keys that follow from the predictions alone (nested like the file).
+
+    Args:
+        predictions_path: a ``predictions/<split>.jsonl`` file.
+        settings: the validated config (its ``evaluate`` section and ``task`` are used).
+    """
+    rows = read_predictions(Path(predictions_path))
+    return prediction_metrics(evaluate_predictions(rows, eval_spec(settings)))

@@ -1,0 +1,232 @@
+"""The evaluation as a whole: recomputation from the predictions file alone, buckets, groups,
+teacher-forced statistics, report and plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import torch
+
+from seqcore.config import ModelConfig, config_from_dict, flatten
+from seqcore.contract import SpecialIds
+from seqcore.data.examples import Example
+from seqcore.decoding.predictions import PredictionRow, write_predictions
+from seqcore.g2p import ARPABET
+from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
+from seqcore.metrics.recompute import eval_spec, recompute_metrics
+from seqcore.metrics.report import render_report
+from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
+from seqcore.models import build_model
+from seqcore.training.loop import teacher_forced_nll
+
+# (id, group, reference, hypothesis, eos, pieces-override): variants of "either" share a group.
+CASES = [
+    ("1", "either", "IY DH ER", "AY DH ER", True, None),
+    ("2", "either", "AY DH ER", "AY DH ER", True, None),
+    ("3", "cat", "K AE T", "K AE T", True, None),
+    ("4", "dog", "D AO G", "", True, None),
+    ("5", "abab", "AH B AH B", "AH B AH B AH B AH B", False, None),
+    ("6", "unk", "S IH T IY", "S <unk> T IY", True, ["S", "<unk>", "T", "IY"]),
+    ("7", "xq", "EH K S", "EH K QQ", True, None),
+    ("8", "long", "AH B K D EH F G HH IH JH K", "AH B K D EH F G HH", True, None),
+    ("9", "kk", "K", "K K K", True, None),
+]
+
+
+def make_rows() -> list[PredictionRow]:
+    rows = []
+    for id_, group, ref, hyp, eos, pieces in CASES:
+        toks = hyp.split()
+        rows.append(PredictionRow(id_, group, f"src{id_}", ref, hyp, list(range(len(toks))),
+                                  pieces or toks, -1.0, -1.0, len(toks), eos, []))
+    return rows
+
+
+# -- an independent, straightforward implementation ------------------------------------------
+def edits(a: tuple, b: tuple) -> int:
+    @lru_cache(maxsize=None)
+    def d(i: int, j: int) -> int:
+        if i == 0 or j == 0:
+            return i + j
+        return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (a[i - 1] != b[j - 1]))
+    return d(len(a), len(b))
+
+
+def best_matches(a: tuple, b: tuple) -> int:
+    @lru_cache(maxsize=None)
+    def d(i: int, j: int) -> tuple[int, int]:  # (edits, -matches) of a[:i] vs b[:j]
+        if i == 0 or j == 0:
+            return (i + j, 0)
+        same = a[i - 1] == b[j - 1]
+        return min((d(i - 1, j)[0] + 1, d(i - 1, j)[1]), (d(i, j - 1)[0] + 1, d(i, j - 1)[1]),
+                   (d(i - 1, j - 1)[0] + (not same), d(i - 1, j - 1)[1] - same))
+    return -d(len(a), len(b))[1]
+
+
+def looped(t: list[str], n: int, k: int) -> bool:
+    return any(t[s : s + size * k] == t[s : s + size] * k
+               for size in range(1, n + 1) for s in range(len(t) - size * k + 1))
+
+
+def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
+    hyp = [r.hypothesis.split() for r in rows]
+    ref = [r.reference.split() for r in rows]
+    refs = {r.group: [x.reference.split() for x in rows if x.group == r.group] for r in rows}
+    num = len(rows)
+    fr = [(best_matches(tuple(h + ["$"] * r.eos), tuple(f + ["$"])), len(f) + 1)
+          for h, f, r in zip(hyp, ref, rows)]
+    kinds = {"empty": [not h for h in hyp], "truncated": [not r.eos for r in rows],
+             "repeated": [looped(h, n, k) for h in hyp],
+             "illegal": [any(p.startswith("<") for p in r.pieces) or any(
+                 t not in ARPABET for t in h) for r, h in zip(rows, hyp)]}
+    rep = grams = 0
+    for h, f in zip(hyp, ref):
+        hg = [tuple(h[i : i + n]) for i in range(len(h) - n + 1)]
+        fg = [tuple(f[i : i + n]) for i in range(len(f) - n + 1)]
+        rep += sum(max(0, hg.count(g) - max(fg.count(g), 1)) for g in set(hg))
+        grams += len(hg)
+    ratios = [len(h) / max(len(f), 1) for h, f in zip(hyp, ref)]
+    hyps_txt, refs_txt = [r.hypothesis for r in rows], [[r.reference for r in rows]]
+    bleu, chrf, ter = (sacrebleu.corpus_bleu(hyps_txt, refs_txt), sacrebleu.corpus_chrf(
+        hyps_txt, refs_txt), sacrebleu.corpus_ter(hyps_txt, refs_txt))
+    exact = sum(h == f for h, f in zip(hyp, ref))
+    return {
+        "examples": num, "exact_match": exact / num, "word_error_rate": 1 - exact / num,
+        "exact_match_multi_ref": sum(h in refs[r.group] for h, r in zip(hyp, rows)) / num,
+        "token_error_rate": sum(edits(tuple(h), tuple(f)) for h, f in zip(hyp, ref))
+        / sum(map(len, ref)),
+        "char_error_rate": sum(edits(tuple(r.hypothesis), tuple(r.reference)) for r in rows)
+        / sum(len(r.reference) for r in rows),
+        "fr_token_accuracy": sum(m for m, _ in fr) / sum(t for _, t in fr),
+        "fr_accuracy_tokens": sum(t for _, t in fr),
+        "bleu": bleu.score, "chrf": chrf.score, "ter": ter.score,
+        "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
+                          + sacrebleu.__version__,
+        "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:"
+                          + sacrebleu.__version__,
+        "ter_signature": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:"
+                         + sacrebleu.__version__,
+        "failures": {kind: {"count": sum(v), "rate": sum(v) / num} for kind, v in kinds.items()}
+        | {"repeated_ngrams": {"count": rep, "ngrams": grams, "rate": rep / grams}},
+        "length_ratio": {"mean": sum(ratios) / num, "median": sorted(ratios)[num // 2],
+                         "below_0.5": sum(x < 0.5 for x in ratios) / num,
+                         "above_1.5": sum(x > 1.5 for x in ratios) / num},
+    }
+
+
+def test_every_metric_is_recomputed_from_the_predictions_file_alone(tmp_path: Path) -> None:
+    cfg = config_from_dict({})
+    path = tmp_path / "test.jsonl"
+    write_predictions(make_rows(), path)
+    written = json.loads(json.dumps(recompute_metrics(path, cfg)))  # as metrics.json holds it
+    expected = independent(make_rows(), cfg.evaluate.repeat_ngram, cfg.evaluate.repeat_times)
+    got, want = flatten(written), flatten(expected)
+    assert set(got) == set(want)  # a new metric needs its independent recomputation here
+    for key, value in want.items():
+        assert got[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+def test_hand_checked_figures_of_the_fixture() -> None:
+    m = recompute_metrics_from_rows()
+    assert m["exact_match"] == pytest.approx(2 / 9)  # rows 2 and 3
+    assert m["exact_match_multi_ref"] == pytest.approx(3 / 9)  # row 1 matches its variant
+    assert m["failures"]["truncated"]["count"] == 1 and m["failures"]["empty"]["count"] == 1
+    assert m["failures"]["repeated"]["count"] == 2  # rows 5 (AH B x4) and 9 (K K K)
+    assert m["failures"]["illegal"]["count"] == 2  # <unk> piece (row 6), QQ (row 7)
+
+
+def recompute_metrics_from_rows() -> dict:
+    return prediction_metrics(evaluate_predictions(make_rows(), eval_spec(config_from_dict({}))))
+
+
+def test_bucket_counts_add_up_and_each_bucket_is_scored_on_its_own_rows() -> None:
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    assert [b["bucket"] for b in ev.buckets] == ["1-4", ">10"]
+    assert [b["count"] for b in ev.buckets] == [8, 1]
+    assert ev.buckets[0]["exact_match"] == pytest.approx(2 / 8)
+    assert ev.buckets[1]["token_error_rate"] == pytest.approx(3 / 11)  # 3 deletions of 11
+
+
+def test_group_table_only_when_asked_and_one_row_per_group() -> None:
+    rows = make_rows()
+    assert evaluate_predictions(rows, eval_spec(config_from_dict({}))).groups == []
+    ev = evaluate_predictions(rows, eval_spec(config_from_dict({"evaluate": {"group_by":
+                                                                             "group"}})))
+    either = next(g for g in ev.groups if g["group"] == "either")
+    assert len(ev.groups) == len({r.group for r in rows})
+    assert (either["count"], either["exact_match"], either["exact_match_multi_ref"]) == (2, 0.5, 1)
+
+
+@pytest.fixture
+def tiny_model() -> torch.nn.Module:
+    cfg = config_from_dict({"model": {"transformer": {"d_model": 16, "n_heads": 2,
+                                                      "enc_layers": 1, "dec_layers": 1,
+                                                      "d_ff": 32}}}).model
+    assert isinstance(cfg, ModelConfig)
+    return build_model(cfg, 12, 10, 0, 16).eval()
+
+
+def test_teacher_forced_stats_sum_to_the_training_nll_and_do_not_depend_on_batching(
+        tiny_model: torch.nn.Module, ids: SpecialIds) -> None:
+    g = torch.Generator().manual_seed(3)
+    examples = [Example(str(i), "g", "s", "t", torch.randint(4, 12, (2 + i,), generator=g)
+                        .tolist(), torch.randint(4, 10, (1 + i % 4,), generator=g).tolist(),
+                        True) for i in range(6)]
+    stats = teacher_forced_stats(tiny_model, examples, ids, batch_size=4)
+    total, count = teacher_forced_nll(tiny_model, examples, ids, 4)
+    assert sum(s.nll for s in stats.values()) == pytest.approx(total, rel=1e-5)
+    assert sum(s.tokens for s in stats.values()) == count == sum(len(e.tgt) + 1 for e in examples)
+    for ex in examples:  # one at a time: no padding; argmax hits counted by hand
+        one = stats[ex.id]
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([ex.src]), torch.ones(1, len(ex.src), dtype=bool),
+                                torch.tensor([[ids.bos] + ex.tgt]))[0]
+        labels = torch.tensor(ex.tgt + [ids.eos])
+        assert one.correct == int((logits.argmax(-1) == labels).sum())
+        assert one.nll == pytest.approx(float(torch.nn.functional.cross_entropy(
+            logits, labels, reduction="sum")), rel=1e-5)
+
+
+def test_exposure_bias_gap_is_teacher_forced_minus_free_running_accuracy() -> None:
+    rows = make_rows()
+    teacher = {r.id: TeacherStats(nll=1.0, tokens=len(r.reference.split()) + 1,
+                                  correct=len(r.reference.split()) + 1) for r in rows}
+    ev = evaluate_predictions(rows, eval_spec(config_from_dict({})), teacher)
+    assert ev.headline["tf_token_accuracy"] == 1.0
+    assert ev.headline["exposure_bias_gap"] == pytest.approx(1 - ev.headline["fr_token_accuracy"])
+    for b in ev.buckets:
+        assert b["exposure_bias_gap"] == pytest.approx(1 - b["fr_token_accuracy"])
+        assert b["perplexity"] == pytest.approx(math.exp(b["count"] / b["ppl_denominator_tokens"]))
+
+
+def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> None:
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    metrics = {"split": "test", "signature": "task:g2p|data:abc|version:1"} | prediction_metrics(ev)
+    text = render_report(metrics, ev, {"strategy": "greedy", "max_len": 32},
+                         eval_spec(config_from_dict({})).rules.describe(), {"t": "x.png"})
+    for needle in ("## Headline", "## By reference length", "| 1-4 | 8 |", "## Failure modes",
+                   "`src4` → `∅` (`D AO G`)", "\"strategy\": \"greedy\"", "| data | abc |",
+                   "3 times back to back", "![t](x.png)"):
+        assert needle in text, needle
+
+
+def test_plots_are_png_files_and_the_same_data_gives_the_same_bytes(tmp_path: Path) -> None:
+    from seqcore.metrics import plots  # noqa: PLC0415 (matplotlib only where plots are drawn)
+    from seqcore.metrics.evaluation import failure_rate_table  # noqa: PLC0415
+
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    log = tmp_path / "log.csv"
+    log.write_text("step,loss,dev_nll\n1,3.0,nan\n2,2.0,2.5\n")
+    for name in ("a", "b"):
+        plots.training_curve_png(log, tmp_path / name / "curve.png")
+        plots.bucket_png(ev.buckets, tmp_path / name / "buckets.png")
+        plots.failure_png(failure_rate_table(ev), tmp_path / name / "failures.png")
+    for png in ("curve.png", "buckets.png", "failures.png"):
+        data = (tmp_path / "a" / png).read_bytes()
+        assert data.startswith(b"\x89PNG") and data == (tmp_path / "b" / png).read_bytes()
