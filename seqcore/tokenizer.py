@@ -154,9 +154,13 @@ class TextContract:
     casefold: bool
 
     def apply(self, text: str) -> str:
-        """Normalise raw text; raise ValueError if the result cannot be tokenized faithfully."""
+        """Normalise raw text; raise ValueError if it cannot be tokenized faithfully.
+
+        The check runs before normalising too: ``str.split`` counts some control characters
+        (U+001C..U+001F) as whitespace, so normalising alone would silently erase them.
+        """
         out = normalize(text, self.form, self.casefold)
-        problem = unencodable_reason(out)
+        problem = unencodable_reason(text) or unencodable_reason(out)
         if problem:
             raise ValueError(f"text {text!r} cannot be tokenized: {problem}")
         return out
