@@ -33,11 +33,8 @@ def split_of(group: str, seed: int, dev_fraction: float, test_fraction: float) -
 def assign_splits(
     pairs: list[Pair], seed: int, dev_fraction: float, test_fraction: float
 ) -> dict[Split, list[Pair]]:
-    """Pairs by split, in input order; each group's split computed once by :func:`split_of`."""
-    memo: dict[str, Split] = {}
+    """Pairs by split, in input order; a pair's split is :func:`split_of` its group."""
     out: dict[Split, list[Pair]] = {s: [] for s in SPLITS}
     for p in pairs:
-        if p.group not in memo:
-            memo[p.group] = split_of(p.group, seed, dev_fraction, test_fraction)
-        out[memo[p.group]].append(p)
+        out[split_of(p.group, seed, dev_fraction, test_fraction)].append(p)
     return out
