@@ -37,7 +37,9 @@ def main() -> None:
     summary = prepared.summary()
     manifest = {"raw": {"path": str(raw), "sha256": sha256_file(raw), "source": d.source,
                         "label": label},
-                "settings": as_dict(d), "sha256": hashes, "rejects_file": cfg.paths.rejects,
+                # data.sha256 is fetch's business (and not a prepare param in dvc.yaml)
+                "settings": {k: v for k, v in as_dict(d).items() if k != "sha256"},
+                "sha256": hashes, "rejects_file": cfg.paths.rejects,
                 **summary}
     write_json(out / "manifest.json", manifest)
     print(f"[prepare] {summary['rows']} rejects={summary['rejects']}", file=sys.stderr)

@@ -31,6 +31,7 @@ ModelType = Literal["char", "bpe", "unigram", "word"]
 
 #: The special pieces' strings (see the module docstring for the leading U+001F).
 PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "\x1f<pad>", "\x1f<unk>", "\x1f<s>", "\x1f</s>"
+SPECIAL_PIECES = frozenset({PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE})
 
 
 @dataclass(frozen=True)

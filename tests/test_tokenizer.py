@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from seqcore.contract import SpecialIds
+from seqcore.data.readers import read_pairs
 from seqcore.text import normalize
 from seqcore.tokenizer import (
-    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, TextContract, Tokenizer, TokenizerSettings,
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, SPECIAL_PIECES, UNK_PIECE, TextContract, Tokenizer, TokenizerSettings,
     check_special_ids, round_trip, train_sentencepiece,
 )
 
@@ -39,11 +40,16 @@ def test_text_spelling_a_special_token_or_a_piece_is_ordinary_text(
         assert tok.decode(got) == text
 
 
-def test_special_pieces_cannot_be_spelled_by_any_accepted_text() -> None:
+def test_special_pieces_cannot_be_spelled_by_any_accepted_text(tmp_path: Path) -> None:
     contract = TextContract("nfkc", True)
-    for piece in (PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE):
+    assert SPECIAL_PIECES == {PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE}
+    for piece in sorted(SPECIAL_PIECES):
         with pytest.raises(ValueError, match="control-chars"):
             contract.apply(f"a {piece} b")
+    raw = tmp_path / "p.tsv"
+    raw.write_text("".join(f"a {piece} b\tx\n" for piece in sorted(SPECIAL_PIECES)))
+    res = read_pairs(raw, "tsv", "skip", "nfkc", True)
+    assert res.pairs == [] and res.counts()["dropped"] == {"control-chars-source": 4}
     with pytest.raises(ValueError, match="reserved-char"):
         contract.apply("a\u2581b")
 
