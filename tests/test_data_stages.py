@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,8 +49,6 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_fetch_copies_the_users_file_and_prepare_pins_its_hash(work: Path) -> None:
-    import hashlib
-
     manifest = json.loads((work / "data/prepared/manifest.json").read_text())
     assert (work / "data/raw/cmudict.dict").read_bytes() == BAD_TSV
     assert manifest["raw"]["sha256"] == hashlib.sha256(BAD_TSV).hexdigest()
@@ -101,8 +101,6 @@ def test_every_training_row_round_trips_and_the_contract_says_so(work: Path) -> 
 def test_a_model_file_that_differs_from_the_contract_is_refused_naming_both_hashes(
     work: Path, tmp_path: Path
 ) -> None:
-    import shutil
-
     for name in ("contract.json", "src.model", "tgt.model"):
         shutil.copy(work / "tokenizer" / name, tmp_path / name)
     contract = json.loads((tmp_path / "contract.json").read_text())

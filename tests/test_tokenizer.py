@@ -10,8 +10,8 @@ from seqcore.contract import SpecialIds
 from seqcore.data.readers import read_pairs
 from seqcore.text import normalize
 from seqcore.tokenizer import (
-    BOS_PIECE, EOS_PIECE, PAD_PIECE, SPECIAL_PIECES, UNK_PIECE, TextContract, Tokenizer, TokenizerSettings,
-    check_special_ids, round_trip, train_sentencepiece,
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, SPECIAL_PIECES, UNK_PIECE, TextContract, Tokenizer,
+    TokenizerSettings, check_special_ids, round_trip, train_sentencepiece,
 )
 
 SPECIAL_SPELLINGS = ["<s>", "</s>", "<pad>", "<unk>", "a<s>b", "<s></s>", "say <unk> now"]
