@@ -20,14 +20,21 @@ def main() -> None:
         with resources.as_file(src) as path:
             shutil.copyfile(path, out)
     else:
-        shutil.copyfile(cfg.data.path, out)
+        user = Path(cfg.data.path)
+        # dvc.yaml tracks paths.external as this stage's dependency: a file elsewhere could
+        # change without dvc noticing, and the pipeline would silently keep the old data.
+        if not user.resolve().is_relative_to(Path(cfg.paths.external).resolve()):
+            sys.exit(f"[fetch] data.path {user} is outside {cfg.paths.external}/ (paths.external),"
+                     " which dvc tracks; put your file there and point data.path at it")
+        shutil.copyfile(user, out)
     got = sha256_file(out)
     if cfg.data.sha256 and got != cfg.data.sha256:
         out.unlink()
         sys.exit(f"[fetch] {cfg.data.path or 'cmudict'}: sha256 {got} does not match the one "
                  f"pinned in params.yaml (data.sha256 = {cfg.data.sha256}); the raw data changed. "
-                 "Check the source, then update data.sha256 deliberately.")
-    print(f"[fetch] {out} sha256={got}", file=sys.stderr)
+                 "Check the source, then update data.sha256 deliberately "
+                 '(data.sha256: "" records the hash without checking it).')
+    print(f"[fetch] {cfg.data.path or 'cmudict'} -> {out} sha256={got}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 
 from pipeline.stage import load, write_json
-from seqcore.data.readers import read_pairs
+from seqcore.config import as_dict
+from seqcore.data.prepare import prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
-from seqcore.data.splits import SPLITS, split_of
+from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
 
 
@@ -16,28 +17,32 @@ def main() -> None:
     cfg = load(__doc__)
     d = cfg.data
     raw = Path(cfg.paths.raw)
-    fmt = "cmudict" if d.source == "cmudict" else d.source
+    # Rejects name the user's own file (a byte copy of it, so the line numbers agree).
+    label = d.path or str(raw)
     try:
-        result = read_pairs(raw, fmt, d.bad_rows, d.normalization, d.casefold, d.keep_stress)
+        prepared = prepare_pairs(raw, d, label)
     except BadRowError as err:
-        sys.exit(f"[prepare] bad row (data.bad_rows: strict): {err}")
-    pairs = result.pairs[: d.max_pairs] if d.max_pairs else result.pairs
+        sys.exit(f"[prepare] bad row (data.bad_rows: strict): {err}\n"
+                 "fix the row, or set data.bad_rows: skip to drop and list such rows")
+    except ValueError as err:  # HeaderError, or a data.source that is not a parallel file
+        sys.exit(f"[prepare] {err}")
     out = Path(cfg.paths.prepared)
     out.mkdir(parents=True, exist_ok=True)
-    counts, hashes = {}, {}
+    hashes = {}
     for split in SPLITS:
-        rows = [p for p in pairs
-                if split_of(p.group, d.split_seed, d.dev_fraction, d.test_fraction) == split]
         path = out / f"{split}.jsonl"
-        write_pairs(rows, path)
-        counts[split], hashes[split] = len(rows), sha256_file(path)
-    write_rejects(Path(cfg.paths.rejects), result.rejects)
-    manifest = {"raw": {"path": str(raw), "sha256": sha256_file(raw)},
-                "read": len(result.pairs), "kept": len(pairs),
-                "cut_by_max_pairs": len(result.pairs) - len(pairs),
-                "rows": counts, "sha256": hashes, "rejects": result.counts()}
+        write_pairs(prepared.splits[split], path)
+        hashes[split] = sha256_file(path)
+    write_rejects(Path(cfg.paths.rejects), prepared.rejects)
+    summary = prepared.summary()
+    manifest = {"raw": {"path": str(raw), "sha256": sha256_file(raw), "source": d.source,
+                        "label": label},
+                # data.sha256 is fetch's business (and not a prepare param in dvc.yaml)
+                "settings": {k: v for k, v in as_dict(d).items() if k != "sha256"},
+                "sha256": hashes, "rejects_file": cfg.paths.rejects,
+                **summary}
     write_json(out / "manifest.json", manifest)
-    print(f"[prepare] {counts} rejects={result.counts()}", file=sys.stderr)
+    print(f"[prepare] {summary['rows']} rejects={summary['rejects']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

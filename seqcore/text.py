@@ -1,4 +1,9 @@
-"""Text normalisation, applied identically at training and decoding time."""
+"""Text normalisation, applied identically at training and decoding time.
+
+The normalisation form and case folding are contract parameters: they are recorded in
+``tokenizer/contract.json`` and every stage that turns raw text into ids applies
+:func:`normalize` with those recorded values (the tokenizer itself normalises nothing).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,10 @@ import unicodedata
 from typing import Literal
 
 Normalization = Literal["nfc", "nfkc", "none"]
+
+#: SentencePiece's whitespace marker (U+2581). SentencePiece turns it back into a space when
+#: decoding, so text holding it can never round-trip; readers reject such rows.
+SP_META = "\u2581"
 
 
 def normalize(text: str, form: Normalization, casefold: bool) -> str:
@@ -20,3 +29,16 @@ def normalize(text: str, form: Normalization, casefold: bool) -> str:
 def has_control_chars(text: str) -> bool:
     """True if the text holds a Unicode control character (category Cc), tab included."""
     return any(unicodedata.category(ch) == "Cc" for ch in text)
+
+
+def unencodable_reason(text: str) -> str | None:
+    """Why a text cannot be tokenized faithfully ("control-chars", "reserved-char"), or None.
+
+    Control characters are refused because the special pieces are spelled with one (so no
+    accepted text can spell a special token); U+2581 because SentencePiece decodes it as a space.
+    """
+    if has_control_chars(text):
+        return "control-chars"
+    if SP_META in text:
+        return "reserved-char"
+    return None

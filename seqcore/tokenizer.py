@@ -2,24 +2,36 @@
 
 The tokenizer never normalises on its own (``identity`` rule): seqcore.text does it, once, the
 same way at training and decoding time. Special ids are pinned by the caller and checked after
-training. Text that spells a special token (``<s>``, ``</s>``, ``<pad>``, ``<unk>``) is ordinary
-text: SentencePiece never matches control symbols inside input text.
+training.
+
+Special pieces are spelled with a leading control character (U+001F). SentencePiece matches a
+special piece's *string* inside input text (and its trainer deletes those strings from the
+training text), so with the usual ``<s>``/``</s>``/``<pad>``/``<unk>`` names the text ``<s>``
+would encode to a special id. The readers reject control characters, so no accepted text can
+spell ours, and ``<s>`` in the data is three ordinary characters.
 """
 
 from __future__ import annotations
 
 import io
+import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sentencepiece as spm
 
 from seqcore.contract import SpecialIds
 from seqcore.hashing import sha256_file
+from seqcore.text import Normalization, normalize, unencodable_reason
 
 ModelType = Literal["char", "bpe", "unigram", "word"]
+
+#: The special pieces' strings (see the module docstring for the leading U+001F).
+PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "\x1f<pad>", "\x1f<unk>", "\x1f<s>", "\x1f</s>"
+SPECIAL_PIECES = frozenset({PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE})
 
 
 @dataclass(frozen=True)
@@ -54,10 +66,10 @@ def train_sentencepiece(
         unk_id=ids.unk,
         bos_id=ids.bos,
         eos_id=ids.eos,
-        pad_piece="<pad>",
-        unk_piece="<unk>",
-        bos_piece="<s>",
-        eos_piece="</s>",
+        pad_piece=PAD_PIECE,
+        unk_piece=UNK_PIECE,
+        bos_piece=BOS_PIECE,
+        eos_piece=EOS_PIECE,
         num_threads=1,  # deterministic
         minloglevel=2,
         input_sentence_size=0,
@@ -96,7 +108,12 @@ class Tokenizer:
         return self._sp.decode(list(ids))
 
     def piece(self, token_id: int) -> str:
+        """The piece string of an id (special pieces start with U+001F)."""
         return self._sp.id_to_piece(token_id)
+
+    def pieces(self) -> list[str]:
+        """Every piece string, indexed by id."""
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
 
     def signature(self) -> str:
         """``type-vN-sha8``, e.g. ``char-v34-1a2b3c4d``."""
@@ -112,7 +129,134 @@ class Tokenizer:
 
 
 def check_special_ids(tok: Tokenizer, expected: SpecialIds) -> None:
-    """Raise if a trained model's special ids differ from the pinned ones."""
+    """Raise if a trained model's special ids (or their pieces) differ from the pinned ones."""
     got = tok.special_ids()
     if got != expected:
         raise ValueError(f"{tok.path}: special ids {got} differ from params.yaml {expected}")
+    pieces = [tok.piece(i) for i in (got.pad, got.unk, got.bos, got.eos)]
+    if pieces != [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]:
+        raise ValueError(f"{tok.path}: special pieces {pieces} are not the contract's")
+
+
+#: Version of the tokenizer/contract.json layout (bump on a change; noted in the README).
+CONTRACT_FORMAT = 2
+SIDES = ("src", "tgt")
+
+
+class TokenizerMismatch(ValueError):
+    """A tokenizer model file does not match the contract (or the checkpoint) that names it."""
+
+
+@dataclass(frozen=True)
+class TextContract:
+    """The normalisation applied to raw text before it is tokenized (train and decode alike)."""
+
+    form: Normalization
+    casefold: bool
+
+    def apply(self, text: str) -> str:
+        """Normalise raw text; raise ValueError if it cannot be tokenized faithfully.
+
+        The check runs before normalising too: ``str.split`` counts some control characters
+        (U+001C..U+001F) as whitespace, so normalising alone would silently erase them.
+        """
+        out = normalize(text, self.form, self.casefold)
+        problem = unencodable_reason(text) or unencodable_reason(out)
+        if problem:
+            raise ValueError(f"text {text!r} cannot be tokenized: {problem}")
+        return out
+
+
+@dataclass(frozen=True)
+class Tokenizers:
+    """Source and target tokenizers loaded through ``tokenizer/contract.json``."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+    ids: SpecialIds
+    text: TextContract
+    contract: dict[str, Any]
+
+
+def side_contract(tok: Tokenizer, settings: TokenizerSettings, file: str) -> dict[str, Any]:
+    """One side's contract entry: settings, actual vocabulary size and the model file's sha256."""
+    return {"file": file, "sha256": tok.sha256, "model_type": settings.model_type,
+            "vocab_size": tok.vocab_size, "requested_vocab_size": settings.vocab_size,
+            "character_coverage": settings.character_coverage}
+
+
+def load_tokenizers(
+    contract_path: Path, expected_sha256: dict[str, str] | None = None
+) -> Tokenizers:
+    """Load both tokenizers named by a contract, refusing any model file that does not match.
+
+    Args:
+        contract_path: ``tokenizer/contract.json``; model files are resolved next to it.
+        expected_sha256: ``{"src": ..., "tgt": ...}`` as recorded by a checkpoint, if any.
+
+    Raises:
+        TokenizerMismatch: naming both hashes, when a model file's sha256 differs from the
+            contract's, or the contract's from the checkpoint's; or the special ids differ.
+    """
+    contract_path = Path(contract_path)
+    contract = json.loads(contract_path.read_text(encoding="utf-8"))
+    ids = SpecialIds(**contract["special_ids"])
+    toks = {}
+    for side in SIDES:
+        entry = contract[side]
+        tok = Tokenizer(contract_path.parent / entry["file"])
+        if tok.sha256 != entry["sha256"]:
+            raise TokenizerMismatch(
+                f"{side} tokenizer {tok.path}: model file sha256 {tok.sha256} does not match "
+                f"{contract_path} sha256 {entry['sha256']}; re-run the tokenizer stage")
+        if expected_sha256 is not None and expected_sha256[side] != entry["sha256"]:
+            raise TokenizerMismatch(
+                f"{side} tokenizer: {contract_path} sha256 {entry['sha256']} differs from the "
+                f"checkpoint's {expected_sha256[side]}; the model was trained with another "
+                "tokenizer: retrain, or restore that tokenizer")
+        try:
+            check_special_ids(tok, ids)
+        except ValueError as err:
+            raise TokenizerMismatch(str(err)) from err
+        toks[side] = tok
+    norm = contract["normalization"]
+    return Tokenizers(toks["src"], toks["tgt"], ids, TextContract(norm["form"], norm["casefold"]),
+                      contract)
+
+
+@dataclass(frozen=True)
+class RoundTrip:
+    """Rows whose decode(encode(x)) differs from x, with why (a reason and the culprits)."""
+
+    rows: int
+    failed: int
+    by_reason: dict[str, int]
+    examples: list[dict[str, str]]
+
+
+def round_trip(
+    tok: Tokenizer, texts: list[str], where: list[str], max_examples: int = 20
+) -> RoundTrip:
+    """Check decode(encode(x)) == x for normalised texts.
+
+    Args:
+        texts: normalised texts; where: their origin (``file:line``), same length.
+
+    A failure's reason is ``unknown-pieces`` (some words hit UNK: not in the vocabulary or
+    below the character coverage; the words are listed) or ``other``.
+    """
+    unk = tok.special_ids().unk
+    reasons: Counter[str] = Counter()
+    examples: list[dict[str, str]] = []
+    for text, origin in zip(texts, where, strict=True):
+        ids = tok.encode(text)
+        decoded = tok.decode(ids)
+        if decoded == text:
+            continue
+        culprits = [w for w in text.split() if unk in tok.encode(w)] if unk in ids else []
+        reason = "unknown-pieces" if culprits else "other"
+        reasons[reason] += 1
+        if len(examples) < max_examples:
+            examples.append({"where": origin, "text": text, "decoded": decoded, "reason": reason,
+                             "culprits": " ".join(culprits)})
+    return RoundTrip(len(texts), sum(reasons.values()), dict(sorted(reasons.items())), examples)

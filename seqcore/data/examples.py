@@ -1,4 +1,4 @@
-"""Encoded examples and the max-length policy applied to them."""
+"""Encoded examples and the max-length policy applied to them (in token units)."""
 
 from __future__ import annotations
 
@@ -36,27 +36,34 @@ def encode_pairs(
 ) -> tuple[list[Example], list[Reject]]:
     """Tokenize pairs and apply the length policy.
 
-    ``max_tgt`` counts EOS, so a kept target has at most ``max_tgt - 1`` tokens plus EOS; a
-    truncated one keeps ``max_tgt`` tokens and no EOS (the model must not learn a fake end).
+    ``max_src`` counts source tokens (the source has no BOS/EOS). ``max_tgt`` counts EOS, so a
+    kept target has at most ``max_tgt - 1`` tokens plus EOS; a truncated one keeps ``max_tgt``
+    tokens and no EOS (the model must not learn a fake end), so its labels still fit.
+
+    Args:
+        file: the raw file the pairs were read from (``Pair.line`` is a line of it).
 
     Returns:
-        The kept examples, and one Reject per dropped or truncated row.
+        The kept examples, and one Reject per dropped (``overlong-source``/``-target``) or
+        truncated (``truncated-source``/``-target``, action altered) side.
     """
     out: list[Example] = []
     rejects: list[Reject] = []
     for p in pairs:
         src, tgt = src_tok.encode(p.source), tgt_tok.encode(p.target)
-        too_long = len(src) > max_src or len(tgt) + 1 > max_tgt
-        has_eos = True
-        if too_long and overlong == "drop":
-            rejects.append(Reject(file, p.line, "overlong", f"{p.source}\t{p.target}"))
+        long_src, long_tgt = len(src) > max_src, len(tgt) + 1 > max_tgt
+        row = f"{p.source}\t{p.target}"
+        if overlong == "drop" and (long_src or long_tgt):
+            reason = "overlong-source" if long_src else "overlong-target"
+            rejects.append(Reject(file, p.line, reason, row))
             continue
-        if too_long:
-            if len(tgt) + 1 > max_tgt:
-                tgt, has_eos = tgt[:max_tgt], False
+        if long_src:
             src = src[:max_src]
-            rejects.append(Reject(file, p.line, "truncated", f"{p.source}\t{p.target}", "altered"))
-        out.append(Example(p.id, p.group, p.source, p.target, src, tgt, has_eos))
+            rejects.append(Reject(file, p.line, "truncated-source", row, "altered"))
+        if long_tgt:
+            tgt = tgt[:max_tgt]
+            rejects.append(Reject(file, p.line, "truncated-target", row, "altered"))
+        out.append(Example(p.id, p.group, p.source, p.target, src, tgt, has_eos=not long_tgt))
     return out, rejects
 
 
@@ -69,5 +76,6 @@ def write_examples(examples: list[Example], path: Path) -> None:
 
 
 def read_examples(path: Path) -> list[Example]:
+    """Examples written by :func:`write_examples`."""
     with open(path, encoding="utf-8") as f:
         return [Example(**json.loads(line)) for line in f if line.strip()]

@@ -1,7 +1,9 @@
 """Raw-file readers with an explicit bad-row policy.
 
-Every line that is dropped or altered is recorded as a Reject with file:line and reason; under
-the ``strict`` policy the first dropped row stops the read with a BadRowError instead.
+Every line that is dropped, altered or ignored is recorded as a Reject with file:line and a
+reason code (the README lists them). Under the ``strict`` policy the first row that would be
+dropped stops the read with a BadRowError; lossless fixes (a BOM, CRLF line ends) are applied
+and recorded under both policies.
 """
 
 from __future__ import annotations
@@ -9,95 +11,131 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from seqcore.data.records import BadRowError, Pair, ReadResult, Reject
-from seqcore.text import Normalization, has_control_chars, normalize
+from seqcore.text import Normalization, normalize, unencodable_reason
 
 Policy = Literal["strict", "skip"]
+Format = Literal["cmudict", "tsv", "jsonl"]
 _VARIANT = re.compile(r"^(?P<word>.+?)(\((?P<n>\d+)\))?$")
 _STRESS = re.compile(r"\d")
-_BOM = b"\xef\xbb\xbf"
+_BOM = "\ufeff"
+#: Columns a TSV header (or a JSONL object) may name; source and target are required.
+FIELDS = ("source", "target", "id", "group")
 
 
+class HeaderError(ValueError):
+    """A TSV header names unknown or repeated columns (fatal under both policies)."""
+
+
+@dataclass(frozen=True)
 class _Fields:
-    """Parsed raw fields of one row before validation (None = field absent)."""
+    """Raw fields of one row before validation (None = field absent)."""
 
-    def __init__(self, source: str, target: str, id_: str | None, group: str | None) -> None:
-        self.source, self.target, self.id, self.group = source, target, id_, group
+    source: str
+    target: str
+    id: str | None = None
+    group: str | None = None
 
 
 def read_pairs(
     path: Path,
-    fmt: Literal["cmudict", "tsv", "jsonl"],
+    fmt: Format,
     policy: Policy,
     norm: Normalization,
     casefold: bool,
     keep_stress: bool = False,
+    label: str | None = None,
 ) -> ReadResult:
     """Read a parallel file into normalised pairs.
 
     Args:
         path: the raw file.
-        fmt: cmudict (``word PH1 PH2 ... # comment``), tsv (``source<TAB>target`` or a header
-            with source/target and optional id/group columns) or jsonl (same field names).
+        fmt: cmudict (``word PH1 PH2 ... # comment``), tsv (``source<TAB>target``, or a header
+            naming source, target and optionally id and group) or jsonl (same field names).
         policy: strict stops at the first bad row; skip drops it and records it.
-        norm, casefold: the text normalisation contract.
+        norm, casefold: the text normalisation contract (CMUdict phones are never case-folded).
         keep_stress: CMUdict only: keep the ARPAbet stress digits.
+        label: the file name written in rejects and errors (default ``path``).
+
+    Returns:
+        Kept pairs (group defaults to the normalised source, so variants share a split) and
+        every dropped, altered or ignored line.
     """
     result = ReadResult()
-    name = str(path)
+    name = label or str(path)
     parse = _PARSERS[fmt](keep_stress)
     seen: set[tuple[str, str]] = set()
-    for lineno, text in _lines(path, result):
-        if text is None:
-            _reject(result, policy, Reject(name, lineno, "invalid-utf8", "<undecodable bytes>"))
+    seen_ids: set[str] = set()
+    for lineno, text, fixes, utf8 in _lines(path):
+        result.rejects += [Reject(name, lineno, fix, "", "altered") for fix in fixes]
+        if not utf8:
+            _reject(result, policy, Reject(name, lineno, "invalid-utf8", text))
             continue
-        if not text.strip() or (fmt == "cmudict" and text.startswith(";;;")):
+        if text == "":
+            result.rejects.append(Reject(name, lineno, "blank-line", "", "ignored"))
             continue
-        fields = parse(text, lineno)
-        if isinstance(fields, str):
-            if fields != "header":
-                _reject(result, policy, Reject(name, lineno, fields, text))
+        if fmt == "cmudict" and text.startswith(";;;"):
+            result.rejects.append(Reject(name, lineno, "comment", text, "ignored"))
             continue
-        reason = _invalid(fields)
-        if reason:
+        fields = parse(text, lineno, name)
+        if fields == "header":
+            continue
+        reason = fields if isinstance(fields, str) else _invalid(fields)
+        if reason is None:
+            assert isinstance(fields, _Fields)
+            src = normalize(fields.source, norm, casefold)
+            tgt = normalize(fields.target, norm, False if fmt == "cmudict" else casefold)
+            pair = Pair(fields.id or f"{Path(name).name}:{lineno}", src, tgt,
+                        fields.group or src, lineno)
+            reason = ("duplicate" if (src, tgt) in seen else
+                      "duplicate-id" if pair.id in seen_ids else None)
+        if reason is not None:
             _reject(result, policy, Reject(name, lineno, reason, text))
             continue
-        src = normalize(fields.source, norm, casefold)
-        tgt = normalize(fields.target, norm, False if fmt == "cmudict" else casefold)
-        if (src, tgt) in seen:
-            _reject(result, policy, Reject(name, lineno, "duplicate", text))
-            continue
-        seen.add((src, tgt))
-        id_ = fields.id or f"{path.name}:{lineno}"
-        result.pairs.append(Pair(id_, src, tgt, fields.group or src, lineno))
+        seen.add((pair.source, pair.target))
+        seen_ids.add(pair.id)
+        result.pairs.append(pair)
     return result
 
 
-def _lines(path: Path, result: ReadResult) -> Iterator[tuple[int, str | None]]:
-    """Yield (line number, decoded text or None if not UTF-8), recording BOM/CRLF fixes."""
-    data = path.read_bytes()
-    if data.startswith(_BOM):
-        data = data[len(_BOM):]
-        result.rejects.append(Reject(str(path), 1, "bom-stripped", "", "altered"))
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+def _lines(path: Path) -> Iterator[tuple[int, str, list[str], bool]]:
+    """Yield (line number, text, fixes applied, valid UTF-8) for each line.
+
+    Undecodable bytes are shown with backslash escapes. A final newline does not start an extra
+    line. A BOM (U+FEFF) at the start of any line is stripped (files are sometimes
+    concatenated), and so is a CR before the LF.
+    """
+    lines = path.read_bytes().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for lineno, raw in enumerate(lines, start=1):
+        fixes = []
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-            result.rejects.append(Reject(str(path), lineno, "crlf-stripped", "", "altered"))
+            fixes.append("crlf-stripped")
         try:
-            yield lineno, raw.decode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            yield lineno, None
+            yield lineno, raw.decode("utf-8", "backslashreplace"), fixes, False
+            continue
+        if text.startswith(_BOM):
+            text = text[len(_BOM):]
+            fixes.insert(0, "bom-stripped")
+        yield lineno, text, fixes, True
 
 
 def _invalid(fields: _Fields) -> str | None:
+    """The first problem of a parsed row's fields, or None."""
     for side, value in (("source", fields.source), ("target", fields.target)):
         if value == "":
             return f"empty-{side}"
-        if has_control_chars(value):
-            return f"control-chars-{side}"
+        problem = unencodable_reason(value)
+        if problem:
+            return f"{problem}-{side}"
         if not value.strip():
             return f"whitespace-only-{side}"
     return None
@@ -109,8 +147,8 @@ def _reject(result: ReadResult, policy: Policy, reject: Reject) -> None:
     result.rejects.append(reject)
 
 
-def _cmudict(keep_stress: bool) -> Callable[[str, int], _Fields | str]:
-    def parse(text: str, lineno: int) -> _Fields | str:
+def _cmudict(keep_stress: bool) -> Callable[[str, int, str], _Fields | str]:
+    def parse(text: str, lineno: int, name: str) -> _Fields | str:
         body = text.split("#", 1)[0].split()
         if len(body) < 2:
             return "wrong-field-count"
@@ -119,17 +157,21 @@ def _cmudict(keep_stress: bool) -> Callable[[str, int], _Fields | str]:
         phones = " ".join(body[1:])
         if not keep_stress:
             phones = _STRESS.sub("", phones)
-        return _Fields(word, phones, body[0], word)
+        return _Fields(word, phones, body[0])
 
     return parse
 
 
-def _tsv(_: bool) -> Callable[[str, int], _Fields | str]:
+def _tsv(_: bool) -> Callable[[str, int, str], _Fields | str]:
     columns: list[str] = []
 
-    def parse(text: str, lineno: int) -> _Fields | str:
+    def parse(text: str, lineno: int, name: str) -> _Fields | str:
         cells = text.split("\t")
         if lineno == 1 and "source" in cells and "target" in cells:
+            unknown = [c for c in cells if c not in FIELDS]
+            if unknown or len(set(cells)) != len(cells):
+                raise HeaderError(f"{name}:1: header {cells} must name each of {list(FIELDS)} "
+                                  f"at most once (source and target required); bad: {unknown}")
             columns.extend(cells)
             return "header"
         names = columns or ["source", "target"]
@@ -141,15 +183,15 @@ def _tsv(_: bool) -> Callable[[str, int], _Fields | str]:
     return parse
 
 
-def _jsonl(_: bool) -> Callable[[str, int], _Fields | str]:
-    def parse(text: str, lineno: int) -> _Fields | str:
+def _jsonl(_: bool) -> Callable[[str, int, str], _Fields | str]:
+    def parse(text: str, lineno: int, name: str) -> _Fields | str:
         try:
             row = json.loads(text)
         except json.JSONDecodeError:
             return "invalid-json"
-        if not isinstance(row, dict) or not {"source", "target"} <= set(row):
+        if not isinstance(row, dict) or not {"source", "target"} <= set(row) <= set(FIELDS):
             return "wrong-field-count"
-        if not all(isinstance(row.get(k, ""), str) for k in ("source", "target", "id", "group")):
+        if not all(isinstance(v, str) for v in row.values()):
             return "non-string-field"
         return _Fields(row["source"], row["target"], row.get("id"), row.get("group"))
 

@@ -35,7 +35,16 @@ class Reject:
     line: int
     reason: str
     text: str
-    action: str = "dropped"  # dropped | altered
+    # dropped: the row is gone; altered: kept after a lossless fix (BOM, CRLF) or a cut
+    # (truncation); ignored: not a row at all (blank line, CMUdict comment).
+    action: str = "dropped"
+
+    def where(self) -> str:
+        """``file:line``."""
+        return f"{self.file}:{self.line}"
+
+
+ACTIONS = ("dropped", "altered", "ignored")
 
 
 @dataclass
@@ -47,17 +56,42 @@ class ReadResult:
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Counts by action then reason, sorted for stable JSON."""
-        out: dict[str, Counter[str]] = {"dropped": Counter(), "altered": Counter()}
-        for r in self.rejects:
-            out[r.action][r.reason] += 1
-        return {action: dict(sorted(c.items())) for action, c in out.items()}
+        return count_rejects(self.rejects)
+
+
+def count_rejects(rejects: list[Reject]) -> dict[str, dict[str, int]]:
+    """Counts by action then reason, sorted for stable JSON."""
+    out: dict[str, Counter[str]] = {action: Counter() for action in ACTIONS}
+    for r in rejects:
+        out[r.action][r.reason] += 1
+    return {action: dict(sorted(c.items())) for action, c in out.items()}
+
+
+def variant_counts(pairs: list[Pair]) -> dict[str, int]:
+    """How many sources have several targets (kept as variants), and how those are grouped.
+
+    Returns:
+        sources_with_variants, variant_rows (rows of such sources), and
+        sources_in_several_groups (sources whose rows a user's group column puts in different
+        groups, so they may land in different splits).
+    """
+    targets: dict[str, set[str]] = {}
+    groups: dict[str, set[str]] = {}
+    rows: Counter[str] = Counter()
+    for p in pairs:
+        targets.setdefault(p.source, set()).add(p.target)
+        groups.setdefault(p.source, set()).add(p.group)
+        rows[p.source] += 1
+    multi = [s for s, t in targets.items() if len(t) > 1]
+    return {"sources_with_variants": len(multi), "variant_rows": sum(rows[s] for s in multi),
+            "sources_in_several_groups": sum(len(g) > 1 for g in groups.values())}
 
 
 class BadRowError(ValueError):
     """Raised under the strict policy at the first bad row."""
 
     def __init__(self, reject: Reject) -> None:
-        super().__init__(f"{reject.file}:{reject.line}: {reject.reason}: {reject.text!r}")
+        super().__init__(f"{reject.where()}: {reject.reason}: {reject.text!r}")
         self.reject = reject
 
 
@@ -70,6 +104,7 @@ def write_pairs(pairs: list[Pair], path: Path) -> None:
 
 
 def read_pairs_jsonl(path: Path) -> list[Pair]:
+    """Pairs written by :func:`write_pairs`."""
     with open(path, encoding="utf-8") as f:
         return [Pair(**json.loads(line)) for line in f if line.strip()]
 

