@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from seqcore.tokenizer import UNK_PIECE
 from seqcore.decoding.predictions import PredictionRow
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.edit import aligned_matches, levenshtein
@@ -105,7 +106,7 @@ def test_each_failure_mode_is_detected_by_its_rule() -> None:
     assert failure_kinds(row("A B", "A B", eos=False), rules, None) == {"truncated"}
     assert failure_kinds(row("", "A", eos=False), rules, None) == {"empty", "truncated"}
     assert failure_kinds(row("K K K", "K"), rules, None) == {"repeated"}
-    assert failure_kinds(row("A ⁇", "A B", pieces=["A", "<unk>"]), rules, None) == {"illegal"}
+    assert failure_kinds(row("A ⁇", "A B", pieces=["A", UNK_PIECE]), rules, None) == {"illegal"}
     assert failure_kinds(row("AH QQ", "AH"), rules, is_illegal_phoneme) == {"illegal"}
     assert failure_kinds(row("AH B", "AH B"), rules, is_illegal_phoneme) == set()
 
