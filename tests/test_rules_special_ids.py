@@ -118,7 +118,8 @@ HARD_CODED = re.compile(
 
 
 def test_special_ids_are_not_hard_coded_in_seqcore() -> None:
-    for bad in ("    pad_id: int = 0", "x.eos == 3", '{"bos": 2}', "Embedding(9, 4, padding_idx=0)"):
+    # the pattern does catch the forms a hard-coded id takes, so the check below can fail
+    for bad in ("pad_id: int = 0", "x.eos == 3", '{"bos": 2}', "Embedding(9, 4, padding_idx=0)"):
         assert HARD_CODED.search(bad), bad
     offenders = [f"{path.relative_to(SEQCORE)}:{n}: {line.strip()}"
                  for path in sorted(SEQCORE.rglob("*.py")) if path.name != "config.py"
