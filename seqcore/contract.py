@@ -148,3 +148,24 @@ def attention_mask(
         mask = mask & (k_pos <= q_pos)[None, None]
     empty = ~mask.any(dim=-1, keepdim=True)
     return mask | empty
+
+
+def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim that gives masked keys exactly zero weight.
+
+    Masked scores become ``-inf`` (not a large finite negative, which overflows in fp16 and
+    rounds in bf16). A row with no allowed key is opened to every key, as in
+    ``attention_mask``, so its softmax is finite in every dtype; such rows carry no label.
+
+    Args:
+        scores: (..., S) float attention scores.
+        allowed: bool, broadcastable to ``scores``; True where a key may be attended.
+
+    Returns:
+        Weights with ``scores``' shape and dtype; each row sums to 1.
+    """
+    if allowed.dtype != torch.bool:
+        raise TypeError(f"allowed must be bool (True = may attend), got {allowed.dtype}")
+    allowed = allowed.expand_as(scores)
+    allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
+    return torch.softmax(scores.masked_fill(~allowed, -torch.inf), dim=-1)

@@ -45,11 +45,13 @@ def sequence_loss(
 ) -> LossSum:
     """Label-smoothed cross-entropy summed over valid positions.
 
-    Smoothing follows Szegedy et al. (2016) as used by Vaswani et al.: the target distribution
-    is ``(1 - eps) * onehot(y) + eps * uniform``, where the uniform part covers the vocabulary
-    *except* the ids in ``excluded`` (PAD and BOS: they can never be a correct next token, so
-    no mass goes to them). Positions labelled IGNORE_INDEX count in neither numerator nor
-    denominator.
+    Smoothing follows Szegedy et al. (2016) as used by Vaswani et al. (2017): the target
+    distribution is ``q(k) = (1 - eps) * [k == y] + eps / K`` for every id k not in
+    ``excluded`` and ``q(k) = 0`` for the excluded ids (PAD and BOS: they can never be a
+    correct next token), with K = V - len(excluded); the label itself gets
+    ``1 - eps + eps / K``. The token loss is the cross-entropy ``-sum_k q(k) log p(k)``.
+    Positions labelled IGNORE_INDEX count in neither numerator nor denominator, and are
+    dropped before any arithmetic.
 
     Args:
         logits: (B, T, V) float.
@@ -64,24 +66,29 @@ def sequence_loss(
     if logits.dim() != 3 or labels.shape != logits.shape[:2]:
         raise ValueError(f"logits (B,T,V) and labels (B,T) expected, got {logits.shape}, "
                          f"{labels.shape}")
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     valid = labels != IGNORE_INDEX  # (B, T)
-    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-    safe = labels.masked_fill(~valid, 0)
-    nll = -logp.gather(-1, safe[..., None])[..., 0]  # (B, T)
+    # Select the labelled positions first: whatever a PAD query position holds (even inf or
+    # NaN) reaches neither the sums nor the gradient; multiplying by a 0/1 mask would not
+    # (0 * NaN = NaN).
+    seq_index = valid.nonzero()[:, 0]  # (N,) batch row of each valid token
+    targets = labels[valid]  # (N,)
+    logp = F.log_softmax(logits[valid].float(), dim=-1)  # (N, V)
+    nll = -logp.gather(-1, targets[:, None])[:, 0]  # (N,)
     if smoothing > 0:
         allowed = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
         allowed[list(excluded)] = False
-        uniform = -(logp * allowed).sum(-1) / allowed.sum()  # (B, T)
+        uniform = -(logp * allowed).sum(-1) / allowed.sum()  # (N,)
         token_loss = (1 - smoothing) * nll + smoothing * uniform
     else:
         token_loss = nll
-    token_loss = token_loss * valid
     per_seq_tokens = valid.sum(1)  # (B,)
     has_tokens = per_seq_tokens > 0
     if norm == "sequence-mean":
-        per_seq = token_loss.sum(1) / per_seq_tokens.clamp(min=1)
-        total = (per_seq * has_tokens).sum()
+        per_seq = token_loss.new_zeros(labels.shape[0]).index_add(0, seq_index, token_loss)
+        total = (per_seq[has_tokens] / per_seq_tokens[has_tokens]).sum()
     else:
         total = token_loss.sum()
-    return LossSum(total=total, nll=(nll * valid).sum(), tokens=int(valid.sum()),
+    return LossSum(total=total, nll=nll.sum(), tokens=int(valid.sum()),
                    sequences=int(has_tokens.sum()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from seqcore.contract import (IGNORE_INDEX, SpecialIds, attention_mask, causal_mask, pad_batch,
@@ -16,6 +17,31 @@ def test_targets_are_inputs_shifted_left_with_eos_label_and_no_bos_label(ids: Sp
     assert torch.equal(tf.labels[0, :-1], tf.inputs[0, 1:])
     assert (tf.labels != ids.bos).all()
     assert tf.mask.tolist() == [[True] * 4, [True, True, False, False]]
+
+
+@pytest.mark.parametrize("ids", [SpecialIds(pad=0, unk=1, bos=2, eos=3),
+                                 SpecialIds(pad=9, unk=8, bos=5, eos=6)])
+def test_shift_every_target_token_and_eos_is_a_label_and_bos_never_is(ids: SpecialIds) -> None:
+    targets = [[10, 11, 12], [], [13], [14, 15]]
+    has_eos = [True, True, True, False]
+    tf = shift_targets(targets, ids, has_eos)
+    for i, (y, eos) in enumerate(zip(targets, has_eos)):
+        n = len(y) + eos
+        labels = tf.labels[i].tolist()
+        inputs = tf.inputs[i].tolist()
+        # decoder input = BOS + y[:-1] (+ y[-1] when EOS follows it); labels = y (+ EOS)
+        assert labels[:n] == y + ([ids.eos] if eos else []), i
+        assert inputs[:n] == ([ids.bos] + y)[:n], i
+        assert labels[n:] == [IGNORE_INDEX] * (tf.labels.shape[1] - n), i
+        assert inputs[n:] == [ids.pad] * (tf.inputs.shape[1] - n), i
+        assert tf.mask[i].tolist() == [True] * n + [False] * (tf.labels.shape[1] - n)
+    assert ids.bos not in tf.labels.tolist()[0] + tf.labels.tolist()[1]
+    assert (tf.labels != ids.bos).all() and (tf.labels != ids.pad).all()
+    # the empty target still teaches the model to stop: BOS -> EOS
+    assert tf.inputs[1, 0] == ids.bos and tf.labels[1, 0] == ids.eos
+    # EOS is a label on exactly the sequences that kept it, and never an input
+    assert (tf.labels == ids.eos).sum(1).tolist() == [1, 1, 1, 0]
+    assert not (tf.inputs == ids.eos).any()
 
 
 def test_truncated_target_gets_no_eos_label(ids: SpecialIds) -> None:
@@ -49,7 +75,5 @@ def test_fully_masked_rows_are_opened_so_softmax_is_finite() -> None:
 
 
 def test_special_ids_must_be_distinct() -> None:
-    import pytest
-
     with pytest.raises(ValueError, match="distinct"):
         SpecialIds(pad=0, unk=0, bos=2, eos=3)
