@@ -62,7 +62,7 @@ def measure(model: EncoderDecoder, examples: list[Example], dec: DecodeConfig, i
 
 def table(model: EncoderDecoder, examples: list[Example], base: DecodeConfig, ids: SpecialIds,
           title: str) -> str:
-    lines = [f"### {title}", "",
+    lines = [f"#### {title}", "",
              "| strategy | cache | batch | sentences/s | tokens/s | cache speed-up |",
              "|---|---|---|---:|---:|---:|"]
     for name, overrides in STRATEGIES.items():
