@@ -139,6 +139,8 @@ def beam_search(
         B lists of up to ``n_best`` hypotheses, best (highest norm_score) first.
     """
     check_inputs(model, src, src_mask)
+    if not 1 <= settings.n_best <= settings.beam_size:
+        raise ValueError(f"need 1 <= n_best <= beam_size, got {settings}")
     b, k, dev = src.shape[0], settings.beam_size, src.device
     caps = length_caps(max_len, b, dev)
     stepper = Stepper(model, model.encode(src, src_mask).reorder(
