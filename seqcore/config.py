@@ -176,6 +176,8 @@ class DecodeConfig:
     top_p: float = 1.0
     seed: int = 0
     batch_size: int = 128
+    # Extra token ids never generated (PAD and BOS always are banned: they are never labels).
+    banned_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -328,3 +330,8 @@ def _check(cfg: Config) -> None:
         raise ConfigError("model.transformer: d_model must be divisible by n_heads")
     if list(cfg.evaluate.bucket_edges) != sorted(set(cfg.evaluate.bucket_edges)):
         raise ConfigError("evaluate.bucket_edges: must be strictly increasing")
+    if tok.eos_id in dec.banned_tokens or min(dec.banned_tokens, default=0) < 0:
+        raise ConfigError(f"decode.banned_tokens: ids must be >= 0 and not EOS ({tok.eos_id})")
+    if min(dec.beam_size, dec.n_best) < 1 or min(dec.top_k, dec.min_len, dec.no_repeat_ngram) < 0:
+        raise ConfigError("decode: beam_size, n_best must be >= 1; top_k, min_len, "
+                          "no_repeat_ngram >= 0")

@@ -9,8 +9,11 @@ import torch
 from seqcore.config import DecodeConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
+from seqcore.decoding.beam import BeamSettings, beam_search
 from seqcore.decoding.greedy import Hypothesis, greedy
 from seqcore.decoding.predictions import Decoder
+from seqcore.decoding.sampling import SamplingSettings, sample
+from seqcore.decoding.search import Masking
 from seqcore.models.base import EncoderDecoder
 
 
@@ -21,14 +24,33 @@ def max_length(cfg: DecodeConfig, src_len: int) -> int:
     return cfg.max_len
 
 
-def make_decoder(cfg: DecodeConfig, ids: SpecialIds) -> Decoder:
-    """A function decoding one padded batch into n-best lists."""
-    if cfg.strategy != "greedy":
-        raise NotImplementedError(f"decode.strategy {cfg.strategy!r} is not available yet")
+def masking(cfg: DecodeConfig, ids: SpecialIds) -> Masking:
+    """The token-forbidding rules: PAD and BOS are never labels, so never outputs."""
+    banned = tuple(sorted({ids.pad, ids.bos, *cfg.banned_tokens}))
+    return Masking(min_len=cfg.min_len, no_repeat_ngram=cfg.no_repeat_ngram, banned=banned)
+
+
+def make_decoder(cfg: DecodeConfig, ids: SpecialIds, use_cache: bool = True) -> Decoder:
+    """A function decoding one padded batch into n-best lists.
+
+    Each example gets its own length cap (from its own source length), so no output depends
+    on which other examples share its batch. ``use_cache=False`` selects full-prefix
+    recomputation (same outputs, slower; for tests and benchmarks).
+    """
+    rules = masking(cfg, ids)
 
     def run(model: EncoderDecoder, src: torch.Tensor, mask: torch.Tensor,
             examples: list[Example]) -> list[list[Hypothesis]]:
-        cap = max(max_length(cfg, len(ex.src)) for ex in examples)
-        return [[h] for h in greedy(model, src, mask, ids, cap, cfg.min_len)]
+        caps = [max_length(cfg, len(ex.src)) for ex in examples]
+        if cfg.strategy == "beam":
+            settings = BeamSettings(cfg.beam_size, cfg.n_best, cfg.length_norm, cfg.alpha)
+            return beam_search(model, src, mask, ids, caps, settings, rules, use_cache)
+        if cfg.strategy == "sample":
+            settings_s = SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)
+            hyps = sample(model, src, mask, ids, [ex.id for ex in examples], caps, settings_s,
+                          rules, use_cache)
+        else:
+            hyps = greedy(model, src, mask, ids, caps, masking=rules, use_cache=use_cache)
+        return [[h] for h in hyps]
 
     return run

@@ -11,7 +11,7 @@ import torch
 
 from seqcore.contract import SpecialIds, pad_batch
 from seqcore.data.examples import Example
-from seqcore.decoding.greedy import Hypothesis
+from seqcore.decoding.search import Hypothesis
 from seqcore.models.base import EncoderDecoder
 from seqcore.tokenizer import Tokenizer
 
