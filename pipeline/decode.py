@@ -7,14 +7,13 @@ from pathlib import Path
 
 import torch
 
-from pipeline.stage import load, signature, tokenizer_contract, write_json
+from pipeline.stage import load, signature, write_json
 from seqcore.config import as_dict
-from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples, write_predictions
 from seqcore.hashing import sha256_file
-from seqcore.tokenizer import Tokenizer
+from seqcore.tokenizer import load_tokenizers
 from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
 
@@ -23,10 +22,11 @@ def main() -> None:
     cfg = load(__doc__)
     model, meta = load_model(Path(cfg.paths.model))
     sig = signature(cfg, "decode", meta["signature"], cfg.paths.model)
-    tc = tokenizer_contract(cfg)
-    ids = SpecialIds(**tc["special_ids"])
+    trained = meta["training_contract"]
+    toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
+        side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
+    tc, ids, tgt_tok = toks.contract, toks.ids, toks.tgt
     set_determinism(cfg.decode.seed, cfg.train.threads)
-    tgt_tok = Tokenizer(Path(cfg.paths.tokenizer) / tc["tgt"]["file"])
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     with torch.inference_mode():
         rows = decode_examples(model, examples, make_decoder(cfg.decode, ids), ids, tgt_tok,
