@@ -13,6 +13,7 @@ from seqcore.models import build_model
 from seqcore.hashing import digest
 from seqcore.signature import training_contract
 from seqcore.training.checkpoint import CheckpointDir, load_blob
+from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import LOG_COLUMNS, Trainer, set_determinism
 from seqcore.training.model_file import ModelInfo, save_model
 
@@ -30,8 +31,8 @@ def main() -> None:
     model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id, info.max_len)
     contract = training_contract(cfg, tc)
     ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(contract)[:12], cfg.train.keep_last)
-    trainer = Trainer(model, cfg.train, cfg.sequence, ids, data, ckpt, contract,
-                      cfg.model.transformer.d_model)
+    feed = Seq2SeqFeed(data, ids, cfg.sequence, cfg.train)
+    trainer = Trainer(model, cfg.train, feed, ckpt, contract, cfg.model.transformer.d_model)
     resumed = trainer.resume()
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}",
           file=sys.stderr)

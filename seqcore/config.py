@@ -155,6 +155,8 @@ class TrainConfig:
     ss_k: float = 1000.0  # linear: steps to reach the cap; exp: decay base k<1; inv-sigmoid: k
     ss_cap: float = 0.25  # maximum probability of feeding a model token
     ss_choice: Literal["argmax", "sample"] = "argmax"
+    # lm task: truncated-BPTT segment length K (batch_size = number of parallel streams B).
+    bptt_len: int = 32
 
 
 @dataclass(frozen=True)
@@ -323,3 +325,9 @@ def _check(cfg: Config) -> None:
         raise ConfigError("model.transformer: d_model must be divisible by n_heads")
     if list(cfg.evaluate.bucket_edges) != sorted(set(cfg.evaluate.bucket_edges)):
         raise ConfigError("evaluate.bucket_edges: must be strictly increasing")
+    if tr.bptt_len < 1:
+        raise ConfigError("train.bptt_len: must be >= 1")
+    if cfg.task == "lm" and cfg.model.family == "transformer":
+        raise ConfigError("task lm: model.family must be gru or lstm (the stateful RNN LM)")
+    if cfg.task == "lm" and tr.ss_schedule != "off":
+        raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
