@@ -147,15 +147,24 @@ class StreamBatcher:
             if doc < 0 or pos >= len(self.docs[doc]) + 1:  # empty or finished: deal a new doc
                 doc, epoch, nxt = self._deal(epoch, nxt)
                 pos = 0
-            stream = [self.bos, *self.docs[doc], self.eos] if doc >= 0 else [self.bos]
-            rows_in.append(stream[pos : pos + self.bptt])
-            rows_lab.append(stream[pos + 1 : pos + 1 + self.bptt])
+            tokens = self.docs[doc] if doc >= 0 else None
+            rows_in.append(self._slice(tokens, pos, pos + self.bptt))
+            rows_lab.append(self._slice(tokens, pos + 1, pos + 1 + self.bptt))
             reset.append(pos == 0)
             slots.append((doc, pos + self.bptt))
         if all(d < 0 for d, _ in slots):
             return None
         self.state = StreamState(epoch, nxt, tuple(slots))
         return _segment(rows_in, rows_lab, reset, self.bptt, self.pad)
+
+    def _slice(self, doc: list[int] | None, a: int, b: int) -> list[int]:
+        """``[BOS, *doc, EOS][a:b]`` without copying the document (None = empty slot)."""
+        if doc is None:
+            return [self.bos][a:b]
+        n = len(doc)
+        head = [self.bos] if a == 0 < b else []
+        tail = [self.eos] if a <= n + 1 < b else []
+        return head + doc[max(a - 1, 0) : max(min(b - 1, n), 0)] + tail
 
 
 def _segment(rows_in: list[list[int]], rows_lab: list[list[int]], reset: list[bool], width: int,
