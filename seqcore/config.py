@@ -331,3 +331,5 @@ def _check(cfg: Config) -> None:
         raise ConfigError("task lm: model.family must be gru or lstm (the stateful RNN LM)")
     if cfg.task == "lm" and tr.ss_schedule != "off":
         raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
+    if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
+        raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")

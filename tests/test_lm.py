@@ -7,12 +7,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from seqcore.config import ConfigError, config_from_dict
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.batching import Segment, StreamBatcher
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape, reset_state
+from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed, lm_nll, segment_loss
+from seqcore.training.loop import Trainer
+from seqcore.training.setups import lm_setup
 
 IDS = SpecialIds(0, 1, 2, 3)
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
@@ -142,3 +146,34 @@ def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -
     assert carried[0] != pytest.approx(reset[0])
     one = lm_nll(m, docs, IDS, 1, 100, carry=False)  # one segment per document: no boundary
     assert one[0] == pytest.approx(lm_nll(m, docs, IDS, 1, 3, carry=True)[0], rel=1e-5)
+
+
+# -- the lm task end to end in the library -----------------------------------------------------
+
+
+def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path) -> None:
+    cfg = config_from_dict({
+        "task": "lm", "data": {"dev_fraction": 0.2, "test_fraction": 0.2},
+        "model": {"family": "gru", "rnn": {"embed_dim": 4, "hidden": 8, "dec_layers": 1}},
+        "train": {"batch_size": 2, "max_steps": 3, "bptt_len": 5, "eval_every": 3,
+                  "schedule": "constant", "lr": 0.01, "warmup_steps": 0, "threads": 1}})
+    docs = [Document(c, f"{c}x{c}y {c}z\n" * 8) for c in "abc"]
+    setup = lm_setup(cfg, docs)
+    trainer = Trainer(setup.model, cfg.train, setup.feed, CheckpointDir(tmp_path, 2),
+                      setup.contract, setup.d_model)
+    state = trainer.run(lambda row: None)
+    assert state.step == 3 and state.best_step == 3
+    report = setup.report()["lm"]
+    assert report["dev_ppl_carried"] > 1 and report["test_ppl_reset_every_segment"] > 1
+    assert setup.contract["task"] == "lm" and "bptt:5" in setup.signature
+    with pytest.raises(ValueError, match="number of parallel streams"):
+        lm_setup(cfg, docs[:1])
+
+
+def test_lm_task_needs_a_recurrent_model_and_no_scheduled_sampling() -> None:
+
+    with pytest.raises(ConfigError, match="gru or lstm"):
+        config_from_dict({"task": "lm"})
+    with pytest.raises(ConfigError, match="ss_schedule must be off"):
+        config_from_dict({"task": "lm", "model": {"family": "gru"},
+                          "train": {"ss_schedule": "linear"}})

@@ -218,7 +218,8 @@ def test_scheduled_sampling_feeds_first_pass_predictions_and_keeps_true_labels()
                                            batch.tf.inputs))
     ref = sequence_loss(model.bias.expand(*batch.tf.labels.shape, 12), batch.tf.labels,
                         "token-mean", 0.0, (0, 2))
-    assert float(out.total.detach()) == pytest.approx(float(ref.total.detach())) and out.tokens == batch.tokens
+    assert float(out.total.detach()) == pytest.approx(float(ref.total.detach()))
+    assert out.tokens == batch.tokens
 
 
 def test_scheduled_sampling_refuses_predictions_that_carry_gradient() -> None:

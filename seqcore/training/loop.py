@@ -122,6 +122,9 @@ class Trainer:
         """
         found = self.ckpt.latest_good() if self.cfg.resume == "auto" else None
         if found is None:
+            if self.cfg.resume == "auto" and self.ckpt.numbered():
+                print(f"warning: no usable checkpoint in {self.ckpt.root}; starting fresh",
+                      file=sys.stderr)
             self.ckpt.clear()
             return None
         p = found.payload

@@ -73,15 +73,16 @@ def lm_setup(cfg: Config, docs: list[Document]) -> Setup:
     vocab = CharVocab.build(parts[0], ids)
     train, dev, test = ([vocab.encode(d.text) for d in p] for p in parts)
     r = cfg.model.rnn
-    shape = RNNLMShape(cfg.model.family, vocab.size, r.embed_dim, r.hidden,  # type: ignore[arg-type]
-                       r.dec_layers, r.dropout, ids.pad)
+    cell = "lstm" if cfg.model.family == "lstm" else "gru"  # config: lm is never a transformer
+    shape = RNNLMShape(cell, vocab.size, r.embed_dim, r.hidden, r.dec_layers, r.dropout, ids.pad)
     model = RNNLM(shape)
     fields = {"task": "lm", "data": digest([asdict(d) for d in docs])[:12],
-              "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}", "bptt": str(cfg.train.bptt_len),
-              "ls": f"{cfg.sequence.label_smoothing:g}"}
+              "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}",
+              "bptt": str(cfg.train.bptt_len), "ls": f"{cfg.sequence.label_smoothing:g}"}
     tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "model", "train")}
-    contract = {k: v for k, v in flatten(tree).items() if not (
-        k.startswith("train.") and k[6:] in ("log_every", "keep_last", "resume", "checkpoint_every"))}
+    bookkeeping = ("log_every", "keep_last", "resume", "checkpoint_every")
+    contract = {k: v for k, v in flatten(tree).items()
+                if not (k.startswith("train.") and k[6:] in bookkeeping)}
     contract.update({"task": "lm", "signature": format_signature(fields),
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})
