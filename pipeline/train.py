@@ -19,7 +19,7 @@ from seqcore.data.documents import cmudict_documents, read_documents
 from seqcore.data.examples import read_examples
 from seqcore.hashing import digest
 from seqcore.training.checkpoint import CheckpointDir, load_blob
-from seqcore.training.loop import LOG_COLUMNS, Trainer, set_determinism
+from seqcore.training.loop import LOG_COLUMNS, TrainLoop, set_determinism
 from seqcore.training.setups import Setup, lm_setup, seq2seq_setup
 
 
@@ -44,7 +44,7 @@ def main() -> None:
     setup = build(cfg)
     ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(setup.contract)[:12],
                          cfg.train.keep_last)
-    trainer = Trainer(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model)
+    trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model)
     resumed = trainer.resume()
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}",
           file=sys.stderr)

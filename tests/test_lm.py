@@ -15,7 +15,7 @@ from seqcore.data.documents import (
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape, reset_state
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed, lm_nll, segment_loss
-from seqcore.training.loop import Trainer
+from seqcore.training.loop import TrainLoop
 from seqcore.training.setups import lm_setup
 
 IDS = SpecialIds(0, 1, 2, 3)
@@ -159,7 +159,7 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
                   "schedule": "constant", "lr": 0.01, "warmup_steps": 0, "threads": 1}})
     docs = [Document(c, f"{c}x{c}y {c}z\n" * 8) for c in "abc"]
     setup = lm_setup(cfg, docs)
-    trainer = Trainer(setup.model, cfg.train, setup.feed, CheckpointDir(tmp_path, 2),
+    trainer = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(tmp_path, 2),
                       setup.contract, setup.d_model)
     state = trainer.run(lambda row: None)
     assert state.step == 3 and state.best_step == 3

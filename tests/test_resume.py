@@ -39,7 +39,7 @@ from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
-from seqcore.training.loop import Trainer, set_determinism
+from seqcore.training.loop import TrainLoop, set_determinism
 
 
 def train(work, task, accum, kill_step, kill_micro, lr):
@@ -64,7 +64,7 @@ def train(work, task, accum, kill_step, kill_micro, lr):
         model = RNNLM(RNNLMShape("lstm", 12, 8, 16, 2, 0.2, 0))
         feed = LMFeed((docs, docs[:2]), ids, "token-mean", 0.1, 2, cfg.bptt_len, cfg.seed)
     ckpt = CheckpointDir(Path(work) / "ckpt", cfg.keep_last)
-    trainer = Trainer(model, cfg, feed, ckpt, {"task": task, "lr": lr}, 16)
+    trainer = TrainLoop(model, cfg, feed, ckpt, {"task": task, "lr": lr}, 16)
     print("resumed:", trainer.resume(), file=sys.stderr)
     if kill_step > 0:
         trainer.on_step = lambda step: step == kill_step and os.kill(os.getpid(), signal.SIGKILL)

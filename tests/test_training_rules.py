@@ -47,8 +47,8 @@ def tiny_model(dropout: float = 0.0) -> Transformer:
 def trainer(tmp_path: Path, data: list[Example], **train: object) -> Trainer:
     cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, **train})
-    feed = Seq2SeqFeed((data, []), IDS, NOLS, cfg)
-    return Trainer(tiny_model(), cfg, feed, CheckpointDir(tmp_path / "ck", 2), {}, 16)
+    return Trainer(tiny_model(), cfg, NOLS, IDS, (data, []), CheckpointDir(tmp_path / "ck", 2),
+                   {}, 16)
 
 
 def params_of(model: nn.Module) -> list[torch.Tensor]:

@@ -22,10 +22,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqcore.config import TrainConfig
+from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.contract import SpecialIds
+from seqcore.data.examples import Example
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
-from seqcore.training.feeds import Feed, teacher_forced_nll  # noqa: F401 (re-exported)
+from seqcore.training.feeds import Feed, Seq2SeqFeed, teacher_forced_nll  # noqa: F401 (re-exported)
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 LOG_COLUMNS = ("step", "epoch", "lr", "loss", "tokens", "grad_norm", "skipped", "dev_nll",
@@ -72,7 +74,7 @@ def autocast_context(amp: str, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=dtype)
 
 
-class Trainer:
+class TrainLoop:
     """Owns the model, optimiser, scaler, feed and generator of one training run.
 
     ``on_step(step)`` is called after every completed step (and after its checkpoint, if
@@ -223,3 +225,14 @@ class Trainer:
             s.best_dev, s.best_step = row[7], s.step
             if self.cfg.select == "best_dev":
                 self.ckpt.save_best(self.payload())
+
+
+class Trainer(TrainLoop):
+    """The training loop over encoded pairs (g2p, parallel): a TrainLoop on a Seq2SeqFeed."""
+
+    def __init__(
+        self, model: nn.Module, cfg: TrainConfig, seq: SequenceConfig, ids: SpecialIds,
+        data: tuple[list[Example], list[Example]], ckpt: CheckpointDir,
+        contract: dict[str, Any], d_model: int,
+    ) -> None:
+        super().__init__(model, cfg, Seq2SeqFeed(data, ids, seq, cfg), ckpt, contract, d_model)
