@@ -7,6 +7,9 @@ Order of one optimisation step (each rule has a test):
    give exactly the gradient of one big batch;
 3. unscale (fp16), then check every gradient is finite, then clip by global L2 norm, then step.
    A non-finite step is skipped and counted; too many in a row stop training.
+
+``TrainLoop`` runs on any feed (``seqcore.training.feeds``: encoded pairs, or the lm task's
+streams); ``Trainer`` is the loop over encoded pairs with its historical signature.
 """
 
 from __future__ import annotations
