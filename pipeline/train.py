@@ -1,37 +1,50 @@
-"""Stage train: resume from the newest good checkpoint (if any) and train to max_steps."""
+"""Stage train: resume from the newest good checkpoint (if any) and train to max_steps.
+
+The checkpoint folder is keyed by a hash of the training contract, so a changed parameter
+starts a fresh run in its own folder, and an interrupted run resumes when `dvc repro` is run
+again. ``task: lm`` trains the stateful RNN LM on documents (CMUdict by initial letter, or
+the user's text) instead of encoded pairs.
+"""
 
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from pathlib import Path
 
 from pipeline.stage import load, signature, tokenizer_contract, write_json
-from seqcore.contract import SpecialIds
+from seqcore.config import Config
+from seqcore.data.documents import cmudict_documents, read_documents
 from seqcore.data.examples import read_examples
-from seqcore.models import build_model
 from seqcore.hashing import digest
-from seqcore.signature import training_contract
 from seqcore.training.checkpoint import CheckpointDir, load_blob
-from seqcore.training.loop import LOG_COLUMNS, Trainer, set_determinism
-from seqcore.training.model_file import ModelInfo, save_model
+from seqcore.training.loop import LOG_COLUMNS, TrainLoop, set_determinism
+from seqcore.training.setups import Setup, lm_setup, seq2seq_setup
+
+
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def build(cfg: Config) -> Setup:
+    """Read the declared inputs of this task and build its setup."""
+    if cfg.task == "lm":
+        raw = Path(cfg.paths.raw) if cfg.data.source == "cmudict" else Path(cfg.data.path)
+        docs = cmudict_documents(raw) if cfg.data.source == "cmudict" else read_documents(raw)
+        return lm_setup(cfg, docs)
+    enc = Path(cfg.paths.encoded)
+    data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
+    return seq2seq_setup(cfg, tokenizer_contract(cfg), signature(cfg, "train"), data)
 
 
 def main() -> None:
     cfg = load(__doc__)
-    sig = signature(cfg, "train")
-    tc = tokenizer_contract(cfg)
-    ids = SpecialIds(**tc["special_ids"])
     set_determinism(cfg.train.seed, cfg.train.threads)
-    enc = Path(cfg.paths.encoded)
-    data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
-    max_len = max(cfg.sequence.max_src_len, cfg.sequence.max_tgt_len, cfg.decode.max_len) + 1
-    info = ModelInfo(cfg.model, tc["src"]["vocab_size"], tc["tgt"]["vocab_size"], ids.pad, max_len)
-    model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id, info.max_len)
-    contract = training_contract(cfg, tc)
-    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(contract)[:12], cfg.train.keep_last)
-    trainer = Trainer(model, cfg.train, cfg.sequence, ids, data, ckpt, contract,
-                      cfg.model.transformer.d_model)
+    setup = build(cfg)
+    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(setup.contract)[:12],
+                         cfg.train.keep_last)
+    trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model)
     resumed = trainer.resume()
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}",
           file=sys.stderr)
@@ -47,21 +60,25 @@ def main() -> None:
             f.flush()
             if not sys.stderr.isatty() and row[0] % cfg.train.log_every == 0:
                 print(f"[train] step {row[0]:.0f} loss {row[3]:.4f} lr {row[2]:.2e} "
-                      f"dev_nll {row[7]:.4f} tok/s {row[-1]:.0f}", file=sys.stderr)
+                      f"grad_norm {row[5]:.3f} dev_nll {row[7]:.4f} skipped {row[6]:.0f} "
+                      f"tok/s {row[-1]:.0f}", file=sys.stderr)
 
         state = trainer.run(log)
     best = ckpt.root / "best.pt"
     if cfg.train.select == "best_dev" and best.exists():
-        model.load_state_dict(load_blob(best)["model"])
-    meta = {"signature": sig, "step": state.step, "select": cfg.train.select,
-            "best_step": state.best_step, "best_dev_nll": state.best_dev,
-            "training_contract": contract}
-    sha = save_model(Path(cfg.paths.model), model, info, meta)
+        setup.model.load_state_dict(load_blob(best)["model"])
+    selected_step = state.best_step if cfg.train.select == "best_dev" and best.exists() \
+        else state.step
+    meta = {"signature": setup.signature, "step": state.step, "select": cfg.train.select,
+            "selected_step": selected_step, "best_step": state.best_step,
+            "best_dev_nll": finite(state.best_dev), "training_contract": setup.contract}
+    sha = setup.save(Path(cfg.paths.model), meta)
     write_json(cfg.paths.train_metrics, {
         "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,
-        "best_step": state.best_step, "best_dev_nll": state.best_dev,
+        "best_step": state.best_step, "best_dev_nll": finite(state.best_dev),
         "final_loss": state.history[-1][3] if state.history else None,
-        "model_sha256": sha, "selected": cfg.train.select})
+        "model_sha256": sha, "selected": cfg.train.select, "selected_step": selected_step,
+        "checkpoints": str(ckpt.root), **setup.report()})
 
 
 if __name__ == "__main__":

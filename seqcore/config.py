@@ -155,6 +155,8 @@ class TrainConfig:
     ss_k: float = 1000.0  # linear: steps to reach the cap; exp: decay base k<1; inv-sigmoid: k
     ss_cap: float = 0.25  # maximum probability of feeding a model token
     ss_choice: Literal["argmax", "sample"] = "argmax"
+    # lm task: truncated-BPTT segment length K (batch_size = number of parallel streams B).
+    bptt_len: int = 32
 
 
 @dataclass(frozen=True)
@@ -335,3 +337,11 @@ def _check(cfg: Config) -> None:
     if min(dec.beam_size, dec.n_best) < 1 or min(dec.top_k, dec.min_len, dec.no_repeat_ngram) < 0:
         raise ConfigError("decode: beam_size, n_best must be >= 1; top_k, min_len, "
                           "no_repeat_ngram >= 0")
+    if tr.bptt_len < 1:
+        raise ConfigError("train.bptt_len: must be >= 1")
+    if cfg.task == "lm" and cfg.model.family == "transformer":
+        raise ConfigError("task lm: model.family must be gru or lstm (the stateful RNN LM)")
+    if cfg.task == "lm" and tr.ss_schedule != "off":
+        raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
+    if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
+        raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")

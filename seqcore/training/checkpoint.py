@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: data cursor under "data" (feeds: bucket sampler or lm streams)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
 
 
@@ -148,6 +148,7 @@ class CheckpointDir:
                 continue
             if payload.get("schema") != SCHEMA_VERSION:
                 skipped.append(f"{path.name}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
+                print(f"warning: skipping checkpoint {path}: {skipped[-1]}", file=sys.stderr)
                 continue
             return Found(path, payload, skipped)
         return None

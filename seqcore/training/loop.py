@@ -7,6 +7,9 @@ Order of one optimisation step (each rule has a test):
    give exactly the gradient of one big batch;
 3. unscale (fp16), then check every gradient is finite, then clip by global L2 norm, then step.
    A non-finite step is skipped and counted; too many in a row stop training.
+
+``TrainLoop`` runs on any feed (``seqcore.training.feeds``: encoded pairs, or the lm task's
+streams); ``Trainer`` is the loop over encoded pairs with its historical signature.
 """
 
 from __future__ import annotations
@@ -20,16 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import SpecialIds
-from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
-from seqcore.losses import sequence_loss
-from seqcore.models.base import EncoderDecoder
-from seqcore.training.batch import Batch, make_batch, mix_model_tokens
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
+from seqcore.training.feeds import Feed, Seq2SeqFeed, teacher_forced_nll  # noqa: F401 (re-exported)
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 LOG_COLUMNS = ("step", "epoch", "lr", "loss", "tokens", "grad_norm", "skipped", "dev_nll",
@@ -76,54 +77,41 @@ def autocast_context(amp: str, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=dtype)
 
 
-@torch.no_grad()
-def teacher_forced_nll(
-    model: EncoderDecoder, examples: list[Example], ids: SpecialIds, batch_size: int
-) -> tuple[float, int]:
-    """Summed token NLL (EOS included, PAD/BOS excluded) and its token count, in eval mode."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for i in range(0, len(examples), batch_size):
-        b = make_batch(examples[i : i + batch_size], ids)
-        out = sequence_loss(model(b.src, b.src_mask, b.tf.inputs), b.tf.labels, "sum", 0.0, ())
-        total += float(out.nll)
-        count += out.tokens
-    model.train(was_training)
-    return total, count
+class TrainLoop:
+    """Owns the model, optimiser, scaler, feed and generator of one training run.
 
-
-class Trainer:
-    """Owns the model, optimiser, scaler, sampler and generator of one training run."""
+    ``on_step(step)`` is called after every completed step (and after its checkpoint, if
+    any); tests use it to kill the process at a chosen step.
+    """
 
     def __init__(
-        self, model: EncoderDecoder, cfg: TrainConfig, seq: SequenceConfig, ids: SpecialIds,
-        data: tuple[list[Example], list[Example]], ckpt: CheckpointDir, contract: dict[str, Any],
-        d_model: int,
+        self, model: nn.Module, cfg: TrainConfig, feed: Feed, ckpt: CheckpointDir,
+        contract: dict[str, Any], d_model: int,
     ) -> None:
-        self.model, self.cfg, self.seq, self.ids, self.ckpt = model, cfg, seq, ids, ckpt
-        self.train_ex, self.dev_ex = data
+        self.model, self.cfg, self.feed, self.ckpt = model, cfg, feed, ckpt
         self.contract, self.d_model = contract, d_model
         self.device = next(model.parameters()).device
         opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         self.opt = opt_cls(model.parameters(), lr=0.0, betas=cfg.betas, eps=cfg.eps,
                            weight_decay=cfg.weight_decay)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
-        lengths = [len(ex.tgt) for ex in self.train_ex]
-        self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # scheduled-sampling draws
         self.state = TrainState()
         self.on_step: Callable[[int], None] = lambda step: None
 
     # -- checkpoints ---------------------------------------------------------------------
     def payload(self) -> dict[str, Any]:
+        """Everything needed to continue bit-for-bit, as plain containers and tensors.
+
+        Checkpoints are taken at step boundaries only, so the position inside an
+        accumulation cycle is always 0 (recorded as ``micro`` for the reader).
+        """
         s = self.state
         return {
             "schema": SCHEMA_VERSION, "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(), "scaler": self.scaler.state_dict(),
             "schedule": {"name": self.cfg.schedule, "step": s.step},
-            "sampler": {"epoch": self.sampler.state.epoch, "cursor": self.sampler.state.cursor,
-                        "seed": self.cfg.seed, "micro": 0},
+            "data": {**self.feed.state_dict(), "micro": 0},
             "generator": self.gen.get_state(), "rng": rng_snapshot(),
             "state": {"step": s.step, "tokens": s.tokens, "skipped": s.skipped,
                       "consecutive_skips": s.consecutive_skips, "best_dev": s.best_dev,
@@ -132,9 +120,16 @@ class Trainer:
         }
 
     def resume(self) -> str | None:
-        """Load the newest good checkpoint if any; returns its name (None = fresh start)."""
+        """Load the newest good checkpoint if any; returns its name (None = fresh start).
+
+        Raises ContractMismatch (with a diff) when the checkpoint was trained under another
+        contract; ``train.resume: fresh`` deletes the folder's checkpoints instead.
+        """
         found = self.ckpt.latest_good() if self.cfg.resume == "auto" else None
         if found is None:
+            if self.cfg.resume == "auto" and self.ckpt.numbered():
+                print(f"warning: no usable checkpoint in {self.ckpt.root}; starting fresh",
+                      file=sys.stderr)
             self.ckpt.clear()
             return None
         p = found.payload
@@ -142,8 +137,7 @@ class Trainer:
         self.model.load_state_dict(p["model"])
         self.opt.load_state_dict(p["optimizer"])
         self.scaler.load_state_dict(p["scaler"])
-        smp = p["sampler"]
-        self.sampler.load(SamplerState(smp["epoch"], smp["cursor"]))
+        self.feed.load_state_dict(p["data"])
         self.gen.set_state(p["generator"])
         rng_restore(p["rng"])
         st = p["state"]
@@ -152,43 +146,26 @@ class Trainer:
         return found.path.name
 
     # -- one step ------------------------------------------------------------------------
-    def _micro_loss(self, batch: Batch, denominator: int, ss_prob: float) -> float:
-        inputs = batch.tf.inputs
-        with autocast_context(self.cfg.amp, self.device):
-            if ss_prob > 0:
-                with torch.no_grad():  # first pass: the model's own predictions, no gradient
-                    logits = self.model(batch.src, batch.src_mask, inputs)
-                    preds = self._choose(logits)
-                inputs = mix_model_tokens(batch.tf, preds, ss_prob, self.gen)
-            logits = self.model(batch.src, batch.src_mask, inputs)
-        out = sequence_loss(logits, batch.tf.labels, self.seq.loss_norm,
-                            self.seq.label_smoothing, (self.ids.pad, self.ids.bos))
-        self.scaler.scale(out.total / denominator).backward()
-        return float(out.total.detach())
-
-    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.cfg.ss_choice == "argmax":
-            return logits.argmax(-1)
-        probs = torch.softmax(logits.float(), -1)  # (B, T, V)
-        flat = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=self.gen)
-        return flat.view(probs.shape[:2])  # (B, T)
-
     def train_step(self) -> list[float]:
         """One optimisation step over ``accum_steps`` micro-batches; returns its log row."""
-        s, cfg = self.state, self.cfg
-        epoch = self.sampler.state.epoch
-        batches = [make_batch([self.train_ex[i] for i in self.sampler.next()], self.ids)
-                   for _ in range(cfg.accum_steps)]
-        tokens = sum(b.tokens for b in batches)
-        denominator = {"token-mean": tokens, "sequence-mean": sum(int(b.tf.mask.any(1).sum())
-                       for b in batches), "sum": 1}[self.seq.loss_norm]
+        s, cfg, feed = self.state, self.cfg, self.feed
+        epoch = feed.epoch
+        batches = [feed.draw() for _ in range(cfg.accum_steps)]
+        tokens = sum(feed.tokens(b) for b in batches)
+        # The denominator of the whole accumulated batch (all-reduced under DDP).
+        denominator = 1 if feed.norm == "sum" else max(sum(feed.count(b) for b in batches), 1)
         lr = learning_rate(s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                            self.d_model)
         for group in self.opt.param_groups:
             group["lr"] = lr
         ss_prob = scheduled_sampling_probability(s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)
         self.opt.zero_grad(set_to_none=True)
-        loss_sum = sum(self._micro_loss(b, max(denominator, 1), ss_prob) for b in batches)
+        loss_sum = 0.0
+        for b in batches:
+            with autocast_context(cfg.amp, self.device):
+                out = feed.loss(self.model, b, ss_prob, self.gen)
+            self.scaler.scale(out.total / denominator).backward()
+            loss_sum += float(out.total.detach())
         norm = self._unscale_clip()
         if math.isfinite(norm):
             self.scaler.step(self.opt)
@@ -196,13 +173,15 @@ class Trainer:
         else:
             s.skipped += 1
             s.consecutive_skips += 1
-            if s.consecutive_skips > cfg.max_consecutive_skips:
-                raise TooManySkippedSteps(f"{s.consecutive_skips} non-finite steps in a row at "
-                                          f"step {s.step + 1}")
+            if s.consecutive_skips >= cfg.max_consecutive_skips:
+                raise TooManySkippedSteps(
+                    f"{s.consecutive_skips} non-finite gradient steps in a row at step "
+                    f"{s.step + 1} (train.max_consecutive_skips={cfg.max_consecutive_skips}); "
+                    "lower train.lr, check the data, or use amp: none")
         self.scaler.update()
         s.step += 1
         s.tokens += tokens
-        return [s.step, epoch, lr, loss_sum / max(denominator, 1), tokens, norm, s.skipped,
+        return [s.step, epoch, lr, loss_sum / denominator, tokens, norm, s.skipped,
                 math.nan, ss_prob]
 
     def _unscale_clip(self) -> float:
@@ -239,11 +218,24 @@ class Trainer:
 
     def _maybe_evaluate(self, row: list[float]) -> None:
         s = self.state
-        if not self.dev_ex or (s.step % self.cfg.eval_every and s.step != self.cfg.max_steps):
+        if s.step % self.cfg.eval_every and s.step != self.cfg.max_steps:
             return
-        total, count = teacher_forced_nll(self.model, self.dev_ex, self.ids, self.cfg.batch_size)
-        row[7] = total / max(count, 1)
+        total, count = self.feed.dev_nll(self.model)
+        if count == 0:
+            return
+        row[7] = total / count
         if row[7] < s.best_dev:
             s.best_dev, s.best_step = row[7], s.step
             if self.cfg.select == "best_dev":
                 self.ckpt.save_best(self.payload())
+
+
+class Trainer(TrainLoop):
+    """The training loop over encoded pairs (g2p, parallel): a TrainLoop on a Seq2SeqFeed."""
+
+    def __init__(
+        self, model: nn.Module, cfg: TrainConfig, seq: SequenceConfig, ids: SpecialIds,
+        data: tuple[list[Example], list[Example]], ckpt: CheckpointDir,
+        contract: dict[str, Any], d_model: int,
+    ) -> None:
+        super().__init__(model, cfg, Seq2SeqFeed(data, ids, seq, cfg), ckpt, contract, d_model)

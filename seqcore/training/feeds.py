@@ -1,0 +1,131 @@
+"""Feeds: what the training loop draws micro-batches from and how it scores them.
+
+A feed owns the data cursor (its ``state_dict`` goes into the checkpoint), draws one
+micro-batch at a time, says how many units (tokens or sequences) a micro-batch contributes to
+the loss denominator, and returns the *summed* loss of a micro-batch; the loop divides by the
+denominator of the whole accumulated batch. ``Seq2SeqFeed`` serves encoder-decoder tasks
+(g2p, parallel); ``seqcore.training.lm.LMFeed`` serves the stateful language model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.contract import SpecialIds
+from seqcore.data.batching import BucketSampler, SamplerState
+from seqcore.data.examples import Example
+from seqcore.losses import LossNorm, LossSum, sequence_loss
+from seqcore.models.base import EncoderDecoder
+from seqcore.training.batch import Batch, make_batch, mix_model_tokens
+
+
+class Feed(Protocol):
+    """The loop's view of a task's data."""
+
+    norm: LossNorm
+
+    @property
+    def epoch(self) -> int: ...
+
+    def draw(self) -> Any:
+        """The next micro-batch, advancing the cursor."""
+
+    def count(self, batch: Any) -> int:
+        """Units this micro-batch adds to the denominator under ``norm`` (tokens/sequences)."""
+
+    def tokens(self, batch: Any) -> int:
+        """Valid label tokens of the micro-batch (for logging and tokens/s)."""
+
+    def loss(self, model: nn.Module, batch: Any, ss_prob: float, gen: torch.Generator) -> LossSum:
+        """Forward pass (under the caller's autocast) and the summed loss."""
+
+    def dev_nll(self, model: nn.Module) -> tuple[float, int]:
+        """Summed dev NLL and its token count (eval mode, no gradient)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@torch.no_grad()
+def teacher_forced_nll(
+    model: EncoderDecoder, examples: list[Example], ids: SpecialIds, batch_size: int
+) -> tuple[float, int]:
+    """Summed token NLL (EOS included, PAD/BOS excluded) and its token count, in eval mode."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        b = make_batch(examples[i : i + batch_size], ids)
+        out = sequence_loss(model(b.src, b.src_mask, b.tf.inputs), b.tf.labels, "sum", 0.0, ())
+        total += float(out.nll)
+        count += out.tokens
+    model.train(was_training)
+    return total, count
+
+
+def choose_tokens(logits: torch.Tensor, choice: str, gen: torch.Generator) -> torch.Tensor:
+    """Scheduled-sampling choice from (B, T, V) logits: argmax or a sample -> (B, T) ids."""
+    if choice == "argmax":
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float(), -1)  # (B, T, V)
+    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen)
+    return flat.view(probs.shape[:2])  # (B, T)
+
+
+class Seq2SeqFeed:
+    """Length-bucketed teacher-forced batches of encoded pairs, with scheduled sampling."""
+
+    def __init__(
+        self, data: tuple[list[Example], list[Example]], ids: SpecialIds, seq: SequenceConfig,
+        cfg: TrainConfig,
+    ) -> None:
+        self.train_ex, self.dev_ex = data
+        self.ids, self.norm, self.smoothing = ids, seq.loss_norm, seq.label_smoothing
+        self.ss_choice, self.eval_batch = cfg.ss_choice, cfg.batch_size
+        lengths = [len(ex.tgt) for ex in self.train_ex]
+        self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed)
+
+    @property
+    def epoch(self) -> int:
+        return self.sampler.state.epoch
+
+    def draw(self) -> Batch:
+        return make_batch([self.train_ex[i] for i in self.sampler.next()], self.ids)
+
+    def count(self, batch: Batch) -> int:
+        if self.norm == "sequence-mean":
+            return int(batch.tf.mask.any(1).sum())
+        return batch.tokens
+
+    def tokens(self, batch: Batch) -> int:
+        return batch.tokens
+
+    def loss(self, model: nn.Module, batch: Batch, ss_prob: float, gen: torch.Generator) -> LossSum:
+        inputs = batch.tf.inputs
+        if ss_prob > 0:
+            with torch.no_grad():  # first, teacher-forced pass: the model's own predictions
+                preds = choose_tokens(model(batch.src, batch.src_mask, inputs), self.ss_choice,
+                                      gen)
+            inputs = mix_model_tokens(batch.tf, preds, ss_prob, gen)
+        logits = model(batch.src, batch.src_mask, inputs)
+        return sequence_loss(logits, batch.tf.labels, self.norm, self.smoothing,
+                             (self.ids.pad, self.ids.bos))
+
+    def dev_nll(self, model: nn.Module) -> tuple[float, int]:
+        if not self.dev_ex:
+            return 0.0, 0
+        return teacher_forced_nll(model, self.dev_ex, self.ids, self.eval_batch)
+
+    def state_dict(self) -> dict[str, Any]:
+        s = self.sampler.state
+        return {"epoch": s.epoch, "cursor": s.cursor, "seed": self.sampler.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["seed"] != self.sampler.seed:
+            raise ValueError(f"sampler seed {state['seed']} != {self.sampler.seed}")
+        self.sampler.load(SamplerState(state["epoch"], state["cursor"]))

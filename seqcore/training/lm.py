@@ -1,0 +1,116 @@
+"""The ``lm`` task's feed: truncated BPTT over B parallel streams with a carried state.
+
+Per segment: zero the state of slots that start a new document, run the K positions from the
+carried state, keep the returned state *detached* for the next segment (the forward value
+crosses the boundary, the gradient does not). The carried state of every slot and the
+stream cursor are part of the checkpoint, so a resumed run continues mid-document exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from seqcore.contract import SpecialIds
+from seqcore.data.batching import Segment, StreamBatcher, StreamState
+from seqcore.losses import LossNorm, LossSum, sequence_loss
+from seqcore.models.rnn_lm import RNNLM, LMState, detach_state, reset_state
+
+
+def segment_loss(
+    model: RNNLM, seg: Segment, state: LMState, norm: LossNorm, smoothing: float,
+    excluded: tuple[int, ...],
+) -> tuple[LossSum, LMState]:
+    """Loss of one segment from a carried state; returns the new state, detached.
+
+    Args:
+        seg: inputs/labels (B, K), reset (B,).
+        state: tensors (L, B, H) carried from the previous segment.
+    """
+    logits, new = model(seg.inputs, reset_state(state, seg.reset))  # (B, K, V)
+    out = sequence_loss(logits, seg.labels, norm, smoothing, excluded)
+    return out, detach_state(new)
+
+
+@torch.no_grad()
+def lm_nll(
+    model: RNNLM, docs: list[list[int]], ids: SpecialIds, streams: int, bptt: int, carry: bool
+) -> tuple[float, int]:
+    """Summed NLL and token count over documents, read once in order, in eval mode.
+
+    ``carry=False`` resets the state at every segment (the baseline that shows what the
+    carried state is worth); ``carry=True`` carries it within each document.
+    """
+    if not docs:
+        return 0.0, 0
+    was_training = model.training
+    model.eval()
+    batcher = StreamBatcher(docs, streams, bptt, 0, False, (ids.pad, ids.bos, ids.eos))
+    state = model.initial_state(streams)
+    total, count = 0.0, 0
+    while (seg := batcher.next()) is not None:
+        if not carry:
+            seg = Segment(seg.inputs, seg.labels, torch.ones_like(seg.reset))
+        out, state = segment_loss(model, seg, state, "sum", 0.0, ())
+        total += float(out.nll)
+        count += out.tokens
+    model.train(was_training)
+    return total, count
+
+
+class LMFeed:
+    """Segments of the training documents with the carried state of every batch slot."""
+
+    def __init__(
+        self, data: tuple[list[list[int]], list[list[int]]], ids: SpecialIds, norm: LossNorm,
+        smoothing: float, streams: int, bptt: int, seed: int,
+    ) -> None:
+        self.train_docs, self.dev_docs = data
+        self.ids, self.smoothing, self.streams, self.bptt = ids, smoothing, streams, bptt
+        # A sequence is not a unit in a stream: sequence-mean falls back to token-mean.
+        self.norm: LossNorm = "sum" if norm == "sum" else "token-mean"
+        self.batcher = StreamBatcher(self.train_docs, streams, bptt, seed, True,
+                                     (ids.pad, ids.bos, ids.eos))
+        self.carried: LMState | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self.batcher.state.epoch
+
+    def draw(self) -> Segment:
+        seg = self.batcher.next()
+        assert seg is not None  # a cycling batcher never ends
+        return seg
+
+    def count(self, batch: Segment) -> int:
+        return self.tokens(batch)
+
+    def tokens(self, batch: Segment) -> int:
+        return int((batch.labels >= 0).sum())
+
+    def loss(self, model: torch.nn.Module, batch: Segment, ss_prob: float,
+             gen: torch.Generator) -> LossSum:
+        assert isinstance(model, RNNLM)
+        state = self.carried if self.carried is not None else model.initial_state(self.streams)
+        out, self.carried = segment_loss(model, batch, state, self.norm, self.smoothing,
+                                         (self.ids.pad, self.ids.bos))
+        return out
+
+    def dev_nll(self, model: torch.nn.Module) -> tuple[float, int]:
+        assert isinstance(model, RNNLM)
+        return lm_nll(model, self.dev_docs, self.ids, self.streams, self.bptt, carry=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        s = self.batcher.state
+        return {"epoch": s.epoch, "next_doc": s.next_doc, "slots": [list(x) for x in s.slots],
+                "seed": self.batcher.seed,
+                "carried": list(self.carried) if self.carried is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["seed"] != self.batcher.seed:
+            raise ValueError(f"stream seed {state['seed']} != {self.batcher.seed}")
+        slots = tuple((int(d), int(p)) for d, p in state["slots"])
+        self.batcher.load(StreamState(state["epoch"], state["next_doc"], slots))
+        carried = state["carried"]
+        self.carried = tuple(carried) if carried is not None else None

@@ -1,0 +1,108 @@
+"""What a task needs to train: model, feed, training contract, final-model writer and report.
+
+The train stage builds one ``Setup`` per task and runs the same loop on it: ``seq2seq_setup``
+for g2p/parallel (encoded pairs and the tokenizer contract), ``lm_setup`` for the stateful
+language model (plain-text documents and a character vocabulary built from the training part).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from seqcore.config import Config, as_dict, flatten
+from seqcore.contract import SpecialIds
+from seqcore.data.documents import CharVocab, Document, split_documents
+from seqcore.data.examples import Example
+from seqcore.hashing import digest
+from seqcore.models import build_model
+from seqcore.models.rnn_lm import RNNLM, RNNLMShape
+from seqcore.signature import format_signature, training_contract
+from seqcore.training.checkpoint import SCHEMA_VERSION, save_blob
+from seqcore.training.feeds import Feed, Seq2SeqFeed
+from seqcore.training.lm import LMFeed, lm_nll
+from seqcore.training.model_file import ModelInfo, save_model
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One task's training ingredients.
+
+    Attributes:
+        save: writes the final model file for the given metadata; returns its sha256.
+        report: extra metrics computed on the final model (e.g. lm perplexities).
+    """
+
+    model: nn.Module
+    feed: Feed
+    contract: dict[str, Any]
+    d_model: int
+    signature: str
+    save: Callable[[Path, dict[str, Any]], str]
+    report: Callable[[], dict[str, Any]]
+
+
+def seq2seq_setup(
+    cfg: Config, tc: dict[str, Any], sig: str, data: tuple[list[Example], list[Example]]
+) -> Setup:
+    """Encoder-decoder training on encoded pairs under the tokenizer contract ``tc``."""
+    ids = SpecialIds(**tc["special_ids"])
+    max_len = max(cfg.sequence.max_src_len, cfg.sequence.max_tgt_len, cfg.decode.max_len) + 1
+    info = ModelInfo(cfg.model, tc["src"]["vocab_size"], tc["tgt"]["vocab_size"], ids.pad, max_len)
+    model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id, info.max_len)
+    d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else \
+        cfg.model.rnn.hidden
+    return Setup(model, Seq2SeqFeed(data, ids, cfg.sequence, cfg.train),
+                 training_contract(cfg, tc), d_model, sig,
+                 lambda path, meta: save_model(path, model, info, meta), dict)
+
+
+def lm_setup(cfg: Config, docs: list[Document]) -> Setup:
+    """Stateful RNN LM over documents: train/dev/test are the tails cut by split_documents."""
+    tok = cfg.tokenizer
+    ids = SpecialIds(tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id)
+    parts = split_documents(docs, cfg.data.dev_fraction, cfg.data.test_fraction)
+    if cfg.train.batch_size > len(parts[0]):
+        raise ValueError(f"train.batch_size ({cfg.train.batch_size}) is the number of parallel "
+                         f"streams for task lm and must be <= the {len(parts[0])} documents")
+    vocab = CharVocab.build(parts[0], ids)
+    train, dev, test = ([vocab.encode(d.text) for d in p] for p in parts)
+    r = cfg.model.rnn
+    cell = "lstm" if cfg.model.family == "lstm" else "gru"  # config: lm is never a transformer
+    shape = RNNLMShape(cell, vocab.size, r.embed_dim, r.hidden, r.dec_layers, r.dropout, ids.pad)
+    model = RNNLM(shape)
+    fields = {"task": "lm", "data": digest([asdict(d) for d in docs])[:12],
+              "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}",
+              "bptt": str(cfg.train.bptt_len), "ls": f"{cfg.sequence.label_smoothing:g}"}
+    tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "model", "train")}
+    bookkeeping = ("log_every", "keep_last", "resume", "checkpoint_every")
+    contract = {k: v for k, v in flatten(tree).items()
+                if not (k.startswith("train.") and k[6:] in bookkeeping)}
+    contract.update({"task": "lm", "signature": format_signature(fields),
+                     "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
+                     "sequence.label_smoothing": cfg.sequence.label_smoothing})
+    feed = LMFeed((train, dev), ids, cfg.sequence.loss_norm, cfg.sequence.label_smoothing,
+                  cfg.train.batch_size, cfg.train.bptt_len, cfg.train.seed)
+
+    def save(path: Path, meta: dict[str, Any]) -> str:
+        return save_blob(Path(path), {"schema": SCHEMA_VERSION, "model": model.state_dict(),
+                                      "lm_shape": asdict(shape), "vocab": vocab.chars,
+                                      "meta": meta})
+
+    def report() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, split in (("dev", dev), ("test", test)):
+            for carry in (True, False):
+                total, count = lm_nll(model, split, ids, min(cfg.train.batch_size, len(split)),
+                                      cfg.train.bptt_len, carry)
+                key = f"{name}_ppl_{'carried' if carry else 'reset_every_segment'}"
+                out[key] = math.exp(total / count) if count else None
+            out[f"{name}_tokens"] = sum(len(d) + 1 for d in split)
+        return {"lm": out}
+
+    return Setup(model, feed, contract, r.hidden, format_signature(fields), save, report)

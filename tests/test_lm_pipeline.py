@@ -1,0 +1,52 @@
+"""The train stage with ``task: lm``: CMUdict documents in, model and perplexities out, and a
+second run resumes from the final checkpoint instead of training again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import REPO
+
+PARAMS = {
+    "task": "lm",
+    "data": {"dev_fraction": 0.2, "test_fraction": 0.2},
+    "model": {"family": "lstm", "rnn": {"embed_dim": 8, "hidden": 16, "dec_layers": 1}},
+    "train": {"batch_size": 2, "max_steps": 6, "bptt_len": 8, "eval_every": 3,
+              "checkpoint_every": 3, "schedule": "constant", "lr": 0.01, "warmup_steps": 0,
+              "threads": 1, "log_every": 3},
+}
+
+
+def train(work: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.train", "--params",
+                           str(work / "params.yaml")], cwd=work, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+
+
+def test_lm_train_stage_reports_perplexities_and_resumes_when_run_again(tmp_path: Path) -> None:
+    raw = tmp_path / "data/raw/cmudict.dict"
+    raw.parent.mkdir(parents=True)
+    raw.write_text("".join(f"{c}{w} {c.upper()} AH0\n" for c in "abc"
+                           for w in ("x", "yy", "zap", "oo", "ket", "mi") * 3))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    first = train(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "fresh start" in first.stderr and "step 3 loss" in first.stderr
+    metrics = json.loads((tmp_path / "reports/train_metrics.json").read_text())
+    lm = metrics["lm"]
+    assert metrics["steps"] == 6 and metrics["selected"] == "best_dev"
+    assert lm["dev_ppl_carried"] > 1 and lm["dev_ppl_reset_every_segment"] > 1
+    log = (tmp_path / "reports/train_log.csv").read_text().splitlines()
+    assert log[0].startswith("step,epoch,lr,loss") and len(log) == 1 + 6
+    second = train(tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "resumed from ckpt-00000006.pt" in second.stderr
+    again = json.loads((tmp_path / "reports/train_metrics.json").read_text())
+    assert again == metrics
+    assert (tmp_path / "reports/train_log.csv").read_text().splitlines()[1:] == \
+        [",".join(r.split(",")[:-1]) + "," for r in log[1:]]  # tokens/s is not replayed
