@@ -7,7 +7,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from pipeline.stage import load
+from pipeline.stage import load, signature
 from seqcore.hashing import sha256_file
 
 
@@ -28,6 +28,7 @@ def main() -> None:
                  f"pinned in params.yaml (data.sha256 = {cfg.data.sha256}); the raw data changed. "
                  "Check the source, then update data.sha256 deliberately.")
     print(f"[fetch] {out} sha256={got}", file=sys.stderr)
+    signature(cfg, "fetch", upstream=False)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load, write_json
+from pipeline.stage import load, signature, write_json
 from seqcore.data.readers import read_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS, split_of
@@ -38,6 +38,7 @@ def main() -> None:
                 "rows": counts, "sha256": hashes, "rejects": result.counts()}
     write_json(out / "manifest.json", manifest)
     print(f"[prepare] {counts} rejects={result.counts()}", file=sys.stderr)
+    signature(cfg, "prepare", upstream=False)
 
 
 if __name__ == "__main__":

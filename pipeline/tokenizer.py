@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load, read_json, write_json
+from pipeline.stage import load, read_json, signature, write_json
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import encode_pairs, write_examples
 from seqcore.data.records import read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
+from seqcore.signature import contract_signature
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, check_special_ids, train_sentencepiece
 
 
@@ -33,7 +34,9 @@ def main() -> None:
     contract.pop("sides")
     contract["normalization"] = {"form": cfg.data.normalization, "casefold": cfg.data.casefold}
     contract["data_sha256"] = read_json(prepared / "manifest.json")["raw"]["sha256"]
+    contract["signature"] = contract_signature(cfg, contract)
     write_json(out / "contract.json", contract)
+    signature(cfg, "tokenizer", contract["signature"], str(out / "contract.json"))
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}
     for split, pairs in splits.items():

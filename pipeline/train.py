@@ -19,8 +19,8 @@ from seqcore.training.model_file import ModelInfo, save_model
 
 def main() -> None:
     cfg = load(__doc__)
-    sig = signature(cfg, "train")
     tc = tokenizer_contract(cfg)
+    sig = signature(cfg, "train", tc.get("signature"), f"{cfg.paths.tokenizer}/contract.json")
     ids = SpecialIds(**tc["special_ids"])
     set_determinism(cfg.train.seed, cfg.train.threads)
     enc = Path(cfg.paths.encoded)
