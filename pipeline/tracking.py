@@ -32,8 +32,16 @@ TRAIN_CURVES = (("train.loss", "loss"), ("train.lr", "lr"), ("train.grad_norm", 
 
 
 def tracking_uri(configured: str) -> str:
-    """MLFLOW_TRACKING_URI wins over params.yaml, so a team server needs no code change."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or configured
+    """MLFLOW_TRACKING_URI wins over params.yaml, so a team server needs no code change.
+
+    A relative sqlite path is made absolute: the record then names the same store wherever
+    it is replayed from, and MLflow's per-URI store cache cannot mix up two repositories.
+    """
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or configured
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not Path(uri[len(prefix):]).is_absolute():
+        uri = prefix + str(Path.cwd() / uri[len(prefix):])
+    return uri
 
 
 def param_text(value: Any) -> str:
