@@ -38,7 +38,7 @@ from seqcore.training.model_file import load_model
 def dvc_status() -> list[str]:
     """``dvc status --json``: every stage DVC itself considers changed."""
     exe = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
-    res = subprocess.run([exe, "status", "--json", "-q"], capture_output=True, text=True,
+    res = subprocess.run([exe, "status", "--json"], capture_output=True, text=True,
                          check=False)
     if res.returncode != 0:
         return [f"dvc status failed ({res.returncode}): {res.stderr.strip()[:300]}"]
