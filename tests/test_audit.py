@@ -219,3 +219,20 @@ def test_a_local_build_tag_satisfies_the_lock_but_another_version_does_not() -> 
     lock = "torch==2.13.0\nnumpy==2.0.0\n# comment\nmissing==1.0\n"
     assert version_diffs(lock, installed) == ["numpy: installed 2.0.1 != lock 2.0.0",
                                               "missing: not installed (lock: 1.0)"]
+
+
+def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
+        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "exp", "run", "-S",
+                          "decode.beam_size=6"], cwd=repo, env=tool_env(), capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {s for s in STAGES if f"Running stage '{s}'" in res.stdout} == {"decode", "evaluate"}
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id],
+                              order_by=["attributes.start_time DESC"])
+    assert [r.data.params["decode.beam_size"] for r in runs] == ["6", "5"]
+    name = runs[0].data.tags["dvc.exp.name"]
+    assert runs[0].info.run_name.endswith(f"-{name}") and name in res.stdout
+    assert run_audit(repo, monkeypatch).ok
