@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,37 +144,46 @@ def _installed(name: str) -> str | None:
         return None
 
 
+def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> None:
+    """Add a check's differences; a check that cannot run (missing or broken file) fails."""
+    try:
+        report.add(name, check())
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        report.add(name, [f"could not run: {type(err).__name__}: {err}"])
+
+
+def _json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def audit(params: str = "params.yaml", run_id: str | None = None, sample: int = 32,
           use_mlflow: bool = True) -> A.AuditReport:
     """Run every check in the current directory (a repository with a pipeline result)."""
     cfg = load_config(params)
     report = A.AuditReport()
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
-    report.add("dvc.lock hashes and params", (A.lock_hash_diffs(Path("."), lock)
-               + A.lock_param_diffs(lock, read_yaml12(Path(params))))
-               if lock else ["dvc.lock missing"])
-    report.add("dvc status", dvc_status())
-    tc = json.loads((Path(cfg.paths.tokenizer) / "contract.json").read_text())
+    _run(report, "dvc.lock hashes and params", lambda: (
+        A.lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
+        if lock else ["dvc.lock missing"]))
+    _run(report, "dvc status", dvc_status)
     pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-    header = json.loads(pred_path.with_suffix(".header.json").read_text())
-    metrics = json.loads(Path(cfg.paths.metrics).read_text())
     try:
-        _, meta = load_model(Path(cfg.paths.model))
-    except ValueError as err:  # the model file fails its own sha256 sidecar
-        meta = {"training_contract": {}}
-        report.add("contract", [str(err)])
-    report.add("contract", contract_checks(cfg, tc, meta, header, metrics))
-    recomputed = A.recompute_headline(read_predictions(pred_path))
-    report.add("metrics recomputed from predictions",
-               A.number_diffs(str(cfg.paths.metrics), recomputed, metrics))
-    try:
-        report.add("re-decoded sample", redecode_checks(cfg, tc, header, pred_path, sample))
-    except ValueError as err:
-        report.add("re-decoded sample", [f"cannot re-decode: {err}"])
-    if use_mlflow:
-        report.add("mlflow run", mlflow_checks(cfg, tc, metrics, lock, run_id))
-    report.add("package versions", A.version_diffs(Path("requirements.lock").read_text(),
-                                                   _installed))
+        tc = _json(Path(cfg.paths.tokenizer) / "contract.json")
+        header = _json(pred_path.with_suffix(".header.json"))
+        metrics = _json(Path(cfg.paths.metrics))
+        meta = load_model(Path(cfg.paths.model))[1]
+    except (OSError, ValueError) as err:  # missing file, bad JSON, model fails its sidecar
+        report.add("inputs readable", [f"{type(err).__name__}: {err}"])
+    else:
+        _run(report, "contract", lambda: contract_checks(cfg, tc, meta, header, metrics))
+        _run(report, "metrics recomputed from predictions", lambda: A.number_diffs(
+            str(cfg.paths.metrics), A.recompute_headline(read_predictions(pred_path)), metrics))
+        _run(report, "re-decoded sample",
+             lambda: redecode_checks(cfg, tc, header, pred_path, sample))
+        if use_mlflow:
+            _run(report, "mlflow run", lambda: mlflow_checks(cfg, tc, metrics, lock, run_id))
+    _run(report, "package versions",
+         lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
     return report
 
 

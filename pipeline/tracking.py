@@ -147,10 +147,13 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: dict[st
     exp = os.environ.get("DVC_EXP_NAME")
     name = (f"{cfg.task}-{cfg.model.family}-{cfg.decode.strategy}-data{tc['data_sha256'][:8]}"
             f"-sig{digest(sig)[:8]}" + (f"-{exp}" if exp else ""))
+    # Text values of metrics.json (metric signatures, the split) are not metrics: keep them
+    # as tags so nothing of metrics.json is dropped.
+    texts = {f"metrics.{k}": v for k, v in flatten(metrics).items() if isinstance(v, str)}
     return {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": cfg.mlflow.experiment,
             "run_name": name, "params": contract_params(cfg, tc, sig), "metrics": numeric,
             "steps": train_curve(Path(cfg.paths.train_log)),
-            "tags": run_tags(cfg, sig, tc, header), "texts": run_texts(cfg, pred_path)}
+            "tags": texts | run_tags(cfg, sig, tc, header), "texts": run_texts(cfg, pred_path)}
 
 
 def log_run(record: dict[str, Any]) -> str:
@@ -182,6 +185,9 @@ def log_run(record: dict[str, Any]) -> str:
 
 def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     """Log the run; on any tracking failure keep the record in ``pending`` and warn once."""
+    # MLflow's default (7 retries, exponential backoff) keeps an unreachable server busy for
+    # minutes; the run is kept anyway, so fail sooner unless the user chose otherwise.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     try:
         rid = log_run(record)
     except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)

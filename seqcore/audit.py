@@ -15,10 +15,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from seqcore.decoding.predictions import PredictionRow
 from seqcore.metrics.scores import ErrorStats, error_stats
+
+if TYPE_CHECKING:  # the hash and lock checks need no torch
+    from seqcore.decoding.predictions import PredictionRow
 
 #: Metrics recomputed from the predictions file alone (the headline of metrics.json).
 HEADLINE = ("exact_match", "token_error_rate", "char_error_rate", "examples")

@@ -194,6 +194,9 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
     assert tags["contract.signature"] == params["contract.signature"]
     assert {"git.commit", "git.dirty", "dvc.lock.sha256", "data.sha256", "model.sha256",
             "tokenizer.contract.sha256"} <= set(tags)
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert tags["metrics.bleu_signature"] == metrics["bleu_signature"]
+    assert run.data.metrics["exact_match"] == metrics["exact_match"]
     log_rows = (repo / "reports/train_log.csv").read_text().splitlines()[1:]
     assert len(client.get_metric_history(run.info.run_id, "train.loss")) == len(log_rows)
     names = {a.path for a in client.list_artifacts(run.info.run_id, "predictions")}
