@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # DVC stages run `python -m pipeline.<stage>`: put the venv first on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro test install clean-venv
+.PHONY: repro test audit install clean-venv
 
 install: $(STAMP)
 
@@ -23,6 +23,10 @@ repro: $(STAMP)
 
 test: $(STAMP)
 	python -m pytest -q
+
+# Check the current result end to end (see README "Audit and experiments").
+audit: $(STAMP)
+	python -m pipeline.audit
 
 clean-venv:
 	rm -rf $(VENV)

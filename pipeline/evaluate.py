@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from pipeline.stage import load, read_json, signature, tokenizer_contract, write_json
-from pipeline.tracking import log_or_keep, tracking_uri
-from seqcore.config import Config, as_dict, flatten
+from pipeline.tracking import build_record, log_or_keep
+from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
 from seqcore.decoding.predictions import read_predictions
-from seqcore.hashing import sha256_file
 from seqcore.metrics import plots
 from seqcore.metrics.evaluation import (
     Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
@@ -32,15 +27,6 @@ def teacher_forced(cfg: Config, ids: SpecialIds) -> dict[str, dict[str, TeacherS
     return {split: teacher_forced_stats(
         model, read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), ids,
         cfg.decode.batch_size) for split in ("dev", "test")}
-
-
-def git_state() -> dict[str, str]:
-    def git(*args: str) -> str:
-        res = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return res.stdout.strip()
-
-    return {"git.commit": git("rev-parse", "HEAD") or "none",
-            "git.dirty": str(bool(git("status", "--porcelain")))}
 
 
 def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
@@ -79,29 +65,7 @@ def main() -> None:
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
     write_outputs(cfg, metrics, result, header)
 
-    steps = [(name, int(float(row["step"])), float(row[col]))
-             for row in csv.DictReader(open(cfg.paths.train_log))
-             for name, col in (("train.loss", "loss"), ("train.lr", "lr"),
-                               ("train.grad_norm", "grad_norm"), ("dev.nll", "dev_nll"))
-             if row[col] not in ("", "nan")]
-    numeric = {k: v for k, v in flatten(metrics).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    record = {
-        "uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": cfg.mlflow.experiment,
-        "run_name": f"{cfg.task}-{cfg.model.family}-{cfg.decode.strategy}-{sig.split('|')[1]}",
-        "params": flatten(as_dict(cfg)) | {f"tokenizer.contract.{k}": v for k, v in
-                                            flatten(tc).items()},
-        "metrics": numeric, "steps": steps,
-        "tags": {"contract.signature": sig, "data.sha256": tc["data_sha256"],
-                 "tokenizer.contract.sha256": sha256_file(Path(cfg.paths.tokenizer) /
-                                                          "contract.json"),
-                 "dvc.lock.sha256": hashlib.sha256(Path("dvc.lock").read_bytes()).hexdigest()
-                 if Path("dvc.lock").exists() else "none",
-                 "model.sha256": header["model_sha256"], **git_state()},
-        "artifacts": ["params.yaml", "dvc.lock", str(Path(cfg.paths.tokenizer) / "contract.json"),
-                      cfg.paths.metrics, cfg.paths.buckets, cfg.paths.report,
-                      str(pred_path.with_suffix(".header.json"))],
-    }
+    record = build_record(cfg, metrics, sig, header, pred_path)
     log_or_keep(record, Path(cfg.paths.mlflow_pending))
 
 

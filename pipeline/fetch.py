@@ -7,7 +7,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from pipeline.stage import load
+from pipeline.stage import load, signature
 from seqcore.hashing import sha256_file
 
 
@@ -35,6 +35,7 @@ def main() -> None:
                  "Check the source, then update data.sha256 deliberately "
                  '(data.sha256: "" records the hash without checking it).')
     print(f"[fetch] {cfg.data.path or 'cmudict'} -> {out} sha256={got}", file=sys.stderr)
+    signature(cfg, "fetch", upstream=False)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load, write_json
+from pipeline.stage import load, signature, write_json
 from seqcore.config import as_dict
 from seqcore.data.prepare import prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
@@ -43,6 +43,7 @@ def main() -> None:
                 **summary}
     write_json(out / "manifest.json", manifest)
     print(f"[prepare] {summary['rows']} rejects={summary['rejects']}", file=sys.stderr)
+    signature(cfg, "prepare", upstream=False)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,18 @@ def tokenizer_contract(cfg: Config) -> dict[str, Any]:
     return read_json(Path(cfg.paths.tokenizer) / "contract.json")
 
 
-def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "") -> str:
-    """Compute, print and (if ``stored`` is given) compare the contract signature."""
-    sig = contract_signature(cfg, tokenizer_contract(cfg))
+def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "",
+              upstream: bool = True) -> str:
+    """Compute, print and (if ``stored`` is given) compare the contract signature.
+
+    ``upstream=False`` is for the stages before the tokenizer (fetch, prepare): their
+    signature has the tokenizer fields ``pending`` instead of reading a stale contract.
+    A mismatch with ``stored`` stops the stage with a field-by-field diff.
+    """
+    sig = contract_signature(cfg, tokenizer_contract(cfg) if upstream else None)
     print(f"[{stage}] contract: {sig}", file=sys.stderr)
     if stored is not None and stored != sig:
         diff = "\n  ".join(signature_diff(stored, sig))
-        sys.exit(f"[{stage}] contract mismatch with {where}:\n  {diff}\n"
+        sys.exit(f"[{stage}] contract mismatch with {where} (stored != current):\n  {diff}\n"
                  "re-run the upstream stages (dvc repro) so they agree")
     return sig

@@ -6,15 +6,17 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from pipeline.stage import load, read_json, write_json
+from pipeline.stage import load, read_json, signature, write_json
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import encode_pairs, write_examples
 from seqcore.data.records import count_rejects, read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
+from seqcore.signature import contract_signature
 from seqcore.tokenizer import (
     BOS_PIECE, CONTRACT_FORMAT, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, TokenizerSettings,
     check_special_ids, load_tokenizers, round_trip, side_contract, train_sentencepiece,
 )
+
 
 
 def main() -> None:
@@ -40,7 +42,9 @@ def main() -> None:
         check_special_ids(tok, ids)
         contract[side] = side_contract(tok, settings, f"{side}.model")
         contract["round_trip"][side] = asdict(round_trip(tok, texts[side], where))
+    contract["signature"] = contract_signature(cfg, contract)
     write_json(out / "contract.json", contract)
+    signature(cfg, "tokenizer", contract["signature"], str(out / "contract.json"))
     toks = load_tokenizers(out / "contract.json")  # what every later stage does
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}

@@ -35,7 +35,9 @@ def build(cfg: Config) -> Setup:
         return lm_setup(cfg, docs)
     enc = Path(cfg.paths.encoded)
     data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
-    return seq2seq_setup(cfg, tokenizer_contract(cfg), signature(cfg, "train"), data)
+    tc = tokenizer_contract(cfg)
+    sig = signature(cfg, "train", tc.get("signature"), f"{cfg.paths.tokenizer}/contract.json")
+    return seq2seq_setup(cfg, tc, sig, data)
 
 
 def main() -> None:

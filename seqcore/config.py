@@ -7,6 +7,7 @@ and runs cross-field checks; every error names the offending key and the valid c
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -222,10 +223,25 @@ class Config:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
 
+class _Yaml12Bools(yaml.SafeLoader):
+    """Safe loader with YAML 1.2 booleans (only true/false).
+
+    `dvc exp run -S` rewrites params.yaml with ruamel (YAML 1.2) and drops the quotes around
+    ``"off"``; YAML 1.1 would then read ``ss_schedule: off`` as False.
+    """
+
+
+_Yaml12Bools.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Yaml12Bools.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+
 def load_config(path: str | Path) -> Config:
     """Read and validate params.yaml."""
     path = Path(path)
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Bools) or {}  # noqa: S506 (a SafeLoader subclass)
     cfg = _build(Config, raw, where=str(path))
     _check(cfg)
     return cfg

@@ -16,19 +16,29 @@ from seqcore.config import Config
 SIGNATURE_FORMAT = 1
 
 
-def contract_fields(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[str, str]:
-    """The ordered fields of the sequence-contract signature."""
+#: Shown for fields that only exist once the tokenizer stage has run (fetch, prepare).
+PENDING = "pending"
+
+
+def contract_fields(cfg: Config, tokenizer_contract: dict[str, Any] | None) -> dict[str, str]:
+    """The ordered fields of the sequence-contract signature.
+
+    With ``tokenizer_contract=None`` (stages before the tokenizer) the data hash comes from
+    params (``data.sha256``) and the tokenizer fields read ``pending``.
+    """
     tc, seq, data = tokenizer_contract, cfg.sequence, cfg.data
-    side = lambda s: f"{tc[s]['model_type']}-v{tc[s]['vocab_size']}-{tc[s]['sha256'][:8]}"  # noqa: E731
+    side = lambda s: (f"{tc[s]['model_type']}-v{tc[s]['vocab_size']}-{tc[s]['sha256'][:8]}"  # noqa: E731
+                      if tc else PENDING)
+    special = lambda k: str(tc["special_ids"][k]) if tc else PENDING  # noqa: E731
     return {
         "task": cfg.task,
-        "data": tc["data_sha256"][:12],
+        "data": (tc["data_sha256"] if tc else data.sha256 or PENDING)[:12],
         "src": side("src"),
         "tgt": side("tgt"),
-        "pad": str(tc["special_ids"]["pad"]),
-        "unk": str(tc["special_ids"]["unk"]),
-        "bos": str(tc["special_ids"]["bos"]),
-        "eos": str(tc["special_ids"]["eos"]),
+        "pad": special("pad"),
+        "unk": special("unk"),
+        "bos": special("bos"),
+        "eos": special("eos"),
         "maxsrc": str(seq.max_src_len),
         "maxtgt": str(seq.max_tgt_len),
         "trunc": seq.overlong,
@@ -47,14 +57,18 @@ def format_signature(fields: dict[str, str]) -> str:
     return "|".join(f"{k}:{v}" for k, v in fields.items())
 
 
-def contract_signature(cfg: Config, tokenizer_contract: dict[str, Any]) -> str:
+def contract_signature(cfg: Config, tokenizer_contract: dict[str, Any] | None) -> str:
     return format_signature(contract_fields(cfg, tokenizer_contract))
+
+
+def parse_signature(sig: str) -> dict[str, str]:
+    """Inverse of :func:`format_signature`."""
+    return dict(kv.split(":", 1) for kv in sig.split("|") if kv)
 
 
 def signature_diff(expected: str, got: str) -> list[str]:
     """Field-by-field differences between two signatures (empty when equal)."""
-    parse = lambda s: dict(kv.split(":", 1) for kv in s.split("|"))  # noqa: E731
-    a, b = parse(expected), parse(got)
+    a, b = parse_signature(expected), parse_signature(got)
     return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted(set(a) | set(b))
             if a.get(k) != b.get(k)]
 
@@ -76,3 +90,29 @@ def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[s
     flat["tokenizer.src.sha256"] = tokenizer_contract["src"]["sha256"]
     flat["tokenizer.tgt.sha256"] = tokenizer_contract["tgt"]["sha256"]
     return flat
+
+
+def derived_params(cfg: Config) -> dict[str, str]:
+    """Contract rules fixed by code rather than params.yaml, logged next to the params.
+
+    They restate the documented order of seqcore/training/loop.py and seqcore/contract.py so
+    that a run record answers "where is the gradient clipped?" without reading the source.
+    """
+    tr, seq = cfg.train, cfg.sequence
+    return {
+        "derived.signature.format": str(SIGNATURE_FORMAT),
+        "derived.clip.where": "after unscale, after all micro-batches of the step",
+        "derived.clip.norm": "global L2 over all parameters" if tr.clip_norm > 0 else "off",
+        "derived.batch.unit": "sequences per micro-batch",
+        "derived.batch.sequences_per_step": str(tr.batch_size * tr.accum_steps),
+        "derived.batch.bucketing": f"target length buckets of width {tr.bucket_width}",
+        "derived.loss.denominator": "valid label tokens of all micro-batches of the step"
+        if seq.loss_norm == "token-mean" else seq.loss_norm,
+        "derived.eos": "every kept target ends with EOS" if seq.overlong == "drop"
+        else "a truncated target has no EOS",
+        "derived.teacher_forcing": "decoder input = BOS + target; labels = target + EOS",
+        "derived.bptt": "n/a (no recurrence)" if cfg.model.family == "transformer"
+        else "full sequence, state reset per sequence (no truncated BPTT)",
+        "derived.checkpoint.select": "lowest dev token NLL" if tr.select == "best_dev"
+        else "last step",
+    }

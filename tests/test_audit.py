@@ -1,0 +1,241 @@
+"""`python -m pipeline.audit` on one real tiny pipeline result: the untampered result passes,
+and each kind of tampering, done in a copy, is caught by the check that guards it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.entities import Metric, Param, RunTag
+
+from pipeline.audit import audit
+from seqcore.audit import AuditReport, dvc_md5, version_diffs
+from seqcore.training.checkpoint import load_blob, save_blob
+from tests.conftest import TINY_PARAMS, copy_repo, merge
+
+pytestmark = pytest.mark.e2e
+STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
+SAMPLE = 5  # evaluate.prediction_sample for the tiny result
+
+
+def tool_env() -> dict[str, str]:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A tiny repository after a real `dvc repro`, and the repro's output."""
+    repo = copy_repo(tmp_path_factory.mktemp("result"),
+                     merge(TINY_PARAMS, {"evaluate": {"prediction_sample": SAMPLE}}))
+    res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "repro"], cwd=repo,
+                         env=tool_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return repo, res.stdout + res.stderr
+
+
+def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch) -> AuditReport:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("PATH", tool_env()["PATH"])
+    with contextlib.chdir(repo):
+        report = audit(sample=8)
+    print(report.render())
+    return report
+
+
+def edit_json_line(path: Path, edit: Callable[[dict], None]) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    row = json.loads(lines[0])
+    edit(row)
+    lines[0] = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def edit_prediction(repo: Path) -> None:
+    # A hypothesis set to its reference (or away from it) strictly changes the edit counts.
+    def change(row: dict) -> None:
+        row["hypothesis"] = (row["reference"] if row["hypothesis"] != row["reference"]
+                             else row["reference"] + " AH")
+    edit_json_line(repo / "predictions/test.jsonl", change)
+
+
+def swap_tokenizer(repo: Path) -> None:
+    shutil.copyfile(repo / "tokenizer/src.model", repo / "tokenizer/tgt.model")
+
+
+def change_params(repo: Path) -> None:
+    params = repo / "params.yaml"
+    params.write_text(params.read_text().replace("min_len: 0", "min_len: 1"))
+
+
+def edit_data(repo: Path) -> None:
+    with open(repo / "data/raw/cmudict.dict", "a", encoding="utf-8") as f:
+        f.write("zyzzyva Z IH1 Z AH0 V AH0\n")
+
+
+def replace_checkpoint(repo: Path) -> None:
+    # A different but self-consistent model file: its own sha256 sidecar matches it.
+    path = repo / "models/model.pt"
+    payload = load_blob(path)
+    name = next(iter(payload["model"]))
+    payload["model"][name] = payload["model"][name] + 0.5
+    save_blob(path, payload)
+
+
+def edit_metric(repo: Path) -> None:
+    path = repo / "reports/metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["exact_match"] = metrics["exact_match"] + 0.125
+    path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+
+
+def change_mlflow_param(repo: Path) -> None:
+    # MLflow params are immutable, so the tampering is a newer run (the one the audit reads
+    # by default) that copies the real run except for one param.
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    (real,) = client.search_runs([exp.experiment_id])
+    fake = client.create_run(exp.experiment_id, run_name=real.info.run_name).info.run_id
+    params = [Param(k, v) for k, v in real.data.params.items() if k != "decode.beam_size"]
+    params.append(Param("decode.beam_size", str(int(real.data.params["decode.beam_size"]) + 1)))
+    for i in range(0, len(params), 100):
+        client.log_batch(fake, params=params[i : i + 100])
+    client.log_batch(fake, metrics=[Metric(k, v, 0, 0) for k, v in real.data.metrics.items()],
+                     tags=[RunTag(k, v) for k, v in real.data.tags.items()
+                           if not k.startswith("mlflow.")])
+    client.set_terminated(fake)
+
+
+TAMPERING = {
+    "edit a prediction": (edit_prediction, {"dvc.lock hashes and params", "dvc status",
+                                            "metrics recomputed from predictions",
+                                            "re-decoded sample"}),
+    "swap the tokenizer": (swap_tokenizer, {"dvc.lock hashes and params", "dvc status",
+                                            "contract"}),
+    "change params without reproducing": (change_params, {
+        "dvc.lock hashes and params", "dvc status", "contract", "mlflow run"}),
+    "edit the data": (edit_data, {"dvc.lock hashes and params", "dvc status", "contract"}),
+    "replace the checkpoint": (replace_checkpoint, {"dvc.lock hashes and params", "dvc status",
+                                                    "contract", "mlflow run"}),
+    "edit a metric": (edit_metric, {"dvc.lock hashes and params", "dvc status",
+                                    "metrics recomputed from predictions", "mlflow run"}),
+    "change an MLflow param": (change_mlflow_param, {"mlflow run"}),
+}
+
+
+def test_untampered_result_passes_every_check(result: tuple[Path, str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    report = run_audit(repo, monkeypatch)
+    assert report.ok, report.render()
+    assert len(report.checks) == 7
+
+
+@pytest.mark.parametrize("kind", list(TAMPERING))
+def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    tamper, expected = TAMPERING[kind]
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    tamper(repo)
+    report = run_audit(repo, monkeypatch)
+    assert not report.ok
+    assert expected <= set(report.failed()), report.render()
+    if kind == "change an MLflow param":
+        assert set(report.failed()) == {"mlflow run"}
+        assert "decode.beam_size" in report.render()
+
+
+def test_every_stage_prints_the_contract_signature(result: tuple[Path, str]) -> None:
+    repo, output = result
+    final = json.loads((repo / "reports/metrics.json").read_text())["signature"]
+    for stage in STAGES[2:]:
+        assert f"[{stage}] contract: {final}" in output
+    for stage in STAGES[:2]:
+        assert f"[{stage}] contract: task:g2p|data:" in output
+
+
+def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
+        result: tuple[Path, str], tmp_path: Path) -> None:
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    header = repo / "predictions/test.header.json"
+    data = json.loads(header.read_text())
+    data["signature"] = data["signature"].replace("maxtgt:32", "maxtgt:31")
+    header.write_text(json.dumps(data))
+    res = subprocess.run([sys.executable, "-m", "pipeline.evaluate"], cwd=repo, env=tool_env(),
+                         capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "contract mismatch with predictions/test.jsonl" in res.stderr
+    assert "maxtgt: '31' != '32'" in res.stderr
+
+
+def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
+                                                   tmp_path: Path) -> None:
+    repo = result[0]
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+    params, tags = run.data.params, run.data.tags
+    for key in ("data.sha256", "data.prepared.sha256.test", "tokenizer.contract.special_ids.eos",
+                "sequence.max_tgt_len", "sequence.overlong", "derived.eos", "train.bucket_width",
+                "train.batch_size", "train.seed", "train.ss_schedule", "derived.bptt",
+                "train.clip_norm", "derived.clip.where", "train.amp", "train.optimizer",
+                "train.schedule", "train.select", "decode.strategy", "decode.max_len",
+                "evaluate.bucket_edges", "contract.signature"):
+        assert key in params, key
+    assert tags["contract.signature"] == params["contract.signature"]
+    assert {"git.commit", "git.dirty", "dvc.lock.sha256", "data.sha256", "model.sha256",
+            "tokenizer.contract.sha256"} <= set(tags)
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert tags["metrics.bleu_signature"] == metrics["bleu_signature"]
+    assert run.data.metrics["exact_match"] == metrics["exact_match"]
+    log_rows = (repo / "reports/train_log.csv").read_text().splitlines()[1:]
+    assert len(client.get_metric_history(run.info.run_id, "train.loss")) == len(log_rows)
+    names = {a.path for a in client.list_artifacts(run.info.run_id, "predictions")}
+    assert names == {"predictions/test.header.json", "predictions/test.sample.jsonl"}
+    sample = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id, artifact_path="predictions/test.sample.jsonl",
+        dst_path=str(tmp_path), tracking_uri=client.tracking_uri)
+    expected = (repo / "predictions/test.jsonl").read_text().splitlines(keepends=True)[:SAMPLE]
+    assert Path(sample).read_text() == "".join(expected)
+    top = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"params.yaml", "dvc.lock", "contract", "reports"} <= top
+
+
+def test_directory_md5_is_the_one_dvc_records(result: tuple[Path, str]) -> None:
+    repo = result[0]
+    lock = (repo / "dvc.lock").read_text()
+    for rel in ("data/prepared", "tokenizer", "predictions"):
+        assert f"md5: {dvc_md5(repo / rel)}" in lock, rel
+
+
+def test_a_local_build_tag_satisfies_the_lock_but_another_version_does_not() -> None:
+    installed = {"torch": "2.13.0+cpu", "numpy": "2.0.1"}.get
+    lock = "torch==2.13.0\nnumpy==2.0.0\n# comment\nmissing==1.0\n"
+    assert version_diffs(lock, installed) == ["numpy: installed 2.0.1 != lock 2.0.0",
+                                              "missing: not installed (lock: 1.0)"]
+
+
+def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
+        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "exp", "run", "-S",
+                          "decode.beam_size=6"], cwd=repo, env=tool_env(), capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert {s for s in STAGES if f"Running stage '{s}'" in res.stdout} == {"decode", "evaluate"}
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id],
+                              order_by=["attributes.start_time DESC"])
+    assert [r.data.params["decode.beam_size"] for r in runs] == ["6", "5"]
+    name = runs[0].data.tags["dvc.exp.name"]
+    assert runs[0].info.run_name.endswith(f"-{name}") and name in res.stdout
+    assert run_audit(repo, monkeypatch).ok

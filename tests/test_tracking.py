@@ -1,0 +1,153 @@
+"""MLflow logging with the real client: a temporary sqlite store, a real `mlflow server` over
+HTTP, and an unreachable store whose run is kept and replayed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from pipeline.tracking import (
+    MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, param_items, tracking_uri)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An initialised, empty sqlite store; tests copy it (creating the tables is slow)."""
+    path = tmp_path_factory.mktemp("store") / "empty.db"
+    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def store_copy(empty_store: Path, dest: Path) -> Path:
+    shutil.copyfile(empty_store, dest)
+    return dest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_record(uri: str, n_params: int = 2 * MAX_PARAMS_PER_BATCH + 17) -> dict:
+    """A record with more params than one MLflow batch takes, a curve, tags and texts."""
+    params = {f"section.key{i:03d}": i for i in range(n_params)}
+    params |= {"decode.strategy": "greedy", "evaluate.bucket_edges": [4, 6, 8]}
+    return {"uri": uri, "experiment": "exp-test", "run_name": "g2p-transformer-greedy-test",
+            "params": params, "metrics": {"exact_match": 0.25, "test_perplexity": 3.5},
+            "steps": [("train.loss", s, 10.0 / s) for s in (1, 2, 3)],
+            "tags": {"contract.signature": "task:g2p|data:abc|fmt:1", "git.dirty": "False"},
+            "texts": {"params.yaml": "task: g2p\n", "predictions/test.sample.jsonl": '{"id": 1}\n'}}
+
+
+def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: dict, tmp: Path) -> None:
+    run = client.get_run(rid)
+    assert run.info.run_name == record["run_name"]
+    assert run.data.params == {k: v for k, v in param_items(record["params"])}
+    assert run.data.params["evaluate.bucket_edges"] == "[4, 6, 8]"
+    assert run.data.metrics["exact_match"] == 0.25
+    history = client.get_metric_history(rid, "train.loss")
+    assert [(m.step, m.value) for m in history] == [(s, v) for _, s, v in record["steps"]]
+    assert {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")} == \
+        record["tags"]
+    for name, text in record["texts"].items():
+        local = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=name,
+                                                    dst_path=str(tmp / rid),
+                                                    tracking_uri=client.tracking_uri)
+        assert Path(local).read_text() == text
+
+
+def test_every_param_is_logged_across_batches_with_curve_tags_and_artifacts(
+        tmp_path: Path, empty_store: Path) -> None:
+    uri = f"sqlite:///{store_copy(empty_store, tmp_path / 'mlflow.db')}"
+    record = make_record(uri)
+    rid = log_run(record)
+    assert_run_matches(mlflow.MlflowClient(uri), rid, record, tmp_path)
+
+
+def test_a_param_longer_than_mlflow_allows_is_cut_with_a_warning() -> None:
+    with pytest.warns(UserWarning, match="param long.value cut from 7000"):
+        items = dict(param_items({"long.value": "x" * 7000, "short": 1}))
+    assert len(items["long.value"]) == MAX_PARAM_CHARS and items["short"] == "1"
+
+
+def test_env_tracking_uri_overrides_params_and_relative_sqlite_becomes_absolute(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert tracking_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://team:5000")
+    assert tracking_uri("sqlite:///mlflow.db") == "http://team:5000"
+
+
+def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
+        tmp_path: Path, empty_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    pending = tmp_path / "reports" / "mlflow_pending.json"
+    record = make_record(dead, n_params=3)
+    assert log_or_keep(record, pending) is None
+    err = capsys.readouterr().err
+    assert err.count("WARNING") == 1 and "--replay" in err and dead in err
+    assert json.loads(pending.read_text()) == [json.loads(json.dumps(record))]
+
+    store = f"sqlite:///{store_copy(empty_store, tmp_path / 'later.db')}"
+    env = dict(os.environ, MLFLOW_TRACKING_URI=store)
+    res = subprocess.run([sys.executable, "-m", "pipeline.tracking", "--replay", str(pending)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not pending.exists()
+    client = mlflow.MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("exp-test").experiment_id])
+    assert_run_matches(client, run.info.run_id, record | {"uri": store}, tmp_path)
+
+
+def test_run_logged_to_an_mlflow_server_reads_back_over_http(
+        tmp_path: Path, empty_store: Path) -> None:
+    port = free_port()
+    backend = store_copy(empty_store, tmp_path / "server.db")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{backend}",
+         "--artifacts-destination", str(tmp_path / "artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 150  # a loaded CI machine needs tens of seconds
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                assert server.poll() is None, "mlflow server exited"
+                assert time.monotonic() < deadline, "mlflow server did not become healthy"
+                time.sleep(0.5)
+        record = make_record(url, n_params=120)
+        rid = log_run(record)
+        assert_run_matches(mlflow.MlflowClient(url), rid, record, tmp_path)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
