@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.lm import decode_lm
 from pipeline.stage import load, signature, write_json
 from seqcore.config import as_dict
 from seqcore.data.examples import read_examples
@@ -20,6 +21,8 @@ from seqcore.training.model_file import load_model
 
 def main() -> None:
     cfg = load(__doc__)
+    if cfg.task == "lm":
+        return decode_lm(cfg, Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl")
     model, meta = load_model(Path(cfg.paths.model))
     sig = signature(cfg, "decode", meta["signature"], cfg.paths.model)
     trained = meta["training_contract"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.lm import evaluate_lm_stage
 from pipeline.stage import load, read_json, signature, tokenizer_contract, write_json
 from pipeline.tracking import build_record, log_or_keep
 from seqcore.config import Config
@@ -52,6 +53,8 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
 
 def main() -> None:
     cfg = load(__doc__)
+    if cfg.task == "lm":
+        return evaluate_lm_stage(cfg)
     split = cfg.decode.split
     pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
     header = read_json(pred_path.with_suffix(".header.json"))

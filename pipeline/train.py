@@ -15,12 +15,11 @@ from pathlib import Path
 
 from pipeline.stage import load, signature, tokenizer_contract, write_json
 from seqcore.config import Config
-from seqcore.data.documents import cmudict_documents, read_documents
 from seqcore.data.examples import read_examples
 from seqcore.hashing import digest
 from seqcore.training.checkpoint import CheckpointDir, load_blob
 from seqcore.training.loop import LOG_COLUMNS, TrainLoop, set_determinism
-from seqcore.training.setups import Setup, lm_setup, seq2seq_setup
+from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
 
 
 def finite(x: float) -> float | None:
@@ -30,9 +29,7 @@ def finite(x: float) -> float | None:
 def build(cfg: Config) -> Setup:
     """Read the declared inputs of this task and build its setup."""
     if cfg.task == "lm":
-        raw = Path(cfg.paths.raw) if cfg.data.source == "cmudict" else Path(cfg.data.path)
-        docs = cmudict_documents(raw) if cfg.data.source == "cmudict" else read_documents(raw)
-        return lm_setup(cfg, docs)
+        return lm_setup(cfg, lm_documents(cfg))
     enc = Path(cfg.paths.encoded)
     data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
     tc = tokenizer_contract(cfg)

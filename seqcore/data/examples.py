@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from seqcore.data.records import Pair, Reject
+from seqcore.jsonl import read_jsonl, write_jsonl
 from seqcore.tokenizer import Tokenizer
 
 
@@ -69,13 +69,9 @@ def encode_pairs(
 
 def write_examples(examples: list[Example], path: Path) -> None:
     """One JSON object per line, keys sorted: identical inputs give identical bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for ex in examples:
-            f.write(json.dumps(asdict(ex), ensure_ascii=False, sort_keys=True) + "\n")
+    write_jsonl(examples, path)
 
 
 def read_examples(path: Path) -> list[Example]:
     """Examples written by :func:`write_examples`."""
-    with open(path, encoding="utf-8") as f:
-        return [Example(**json.loads(line)) for line in f if line.strip()]
+    return read_jsonl(path, Example)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from seqcore.jsonl import read_jsonl, write_jsonl
 
 
 @dataclass(frozen=True)
@@ -97,16 +98,12 @@ class BadRowError(ValueError):
 
 def write_pairs(pairs: list[Pair], path: Path) -> None:
     """Prepared pairs as JSONL, keys sorted (stable bytes)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for p in pairs:
-            f.write(json.dumps(asdict(p), ensure_ascii=False, sort_keys=True) + "\n")
+    write_jsonl(pairs, path)
 
 
 def read_pairs_jsonl(path: Path) -> list[Pair]:
     """Pairs written by :func:`write_pairs`."""
-    with open(path, encoding="utf-8") as f:
-        return [Pair(**json.loads(line)) for line in f if line.strip()]
+    return read_jsonl(path, Pair)
 
 
 def write_rejects(path: Path, rejects: list[Reject]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 from seqcore.contract import SpecialIds, pad_batch
 from seqcore.data.examples import Example
 from seqcore.decoding.search import Hypothesis
+from seqcore.jsonl import read_jsonl, write_jsonl
 from seqcore.models.base import EncoderDecoder
 from seqcore.tokenizer import Tokenizer
 
@@ -62,12 +62,8 @@ def decode_examples(
 
 def write_predictions(rows: list[PredictionRow], path: Path) -> None:
     """JSONL, keys sorted, floats as Python prints them: the same run gives the same bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for r in rows:
-            f.write(json.dumps(vars(r), ensure_ascii=False, sort_keys=True) + "\n")
+    write_jsonl(rows, path)
 
 
 def read_predictions(path: Path) -> list[PredictionRow]:
-    with open(path, encoding="utf-8") as f:
-        return [PredictionRow(**json.loads(line)) for line in f if line.strip()]
+    return read_jsonl(path, PredictionRow)

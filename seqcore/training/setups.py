@@ -17,13 +17,14 @@ from torch import nn
 
 from seqcore.config import Config, as_dict, flatten
 from seqcore.contract import SpecialIds
-from seqcore.data.documents import CharVocab, Document, split_documents
+from seqcore.data.documents import (
+    CharVocab, Document, cmudict_documents, read_documents, split_documents)
 from seqcore.data.examples import Example
 from seqcore.hashing import digest
 from seqcore.models import build_model
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.signature import format_signature, training_contract
-from seqcore.training.checkpoint import SCHEMA_VERSION, save_blob
+from seqcore.training.checkpoint import SCHEMA_VERSION, load_blob, save_blob
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.lm import LMFeed, lm_nll
 from seqcore.training.model_file import ModelInfo, save_model
@@ -106,3 +107,24 @@ def lm_setup(cfg: Config, docs: list[Document]) -> Setup:
         return {"lm": out}
 
     return Setup(model, feed, contract, r.hidden, format_signature(fields), save, report)
+
+
+def lm_documents(cfg: Config) -> list[Document]:
+    """The lm task's documents: CMUdict by initial letter, or the user's text."""
+    if cfg.data.source == "cmudict":
+        return cmudict_documents(Path(cfg.paths.raw))
+    return read_documents(Path(cfg.data.path))
+
+
+def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str, Any]:
+    """Dev/test perplexity of a saved LM with carried state and with a reset every segment.
+
+    Returns:
+        ``{"signature": ..., "lm": {"<split>_ppl_carried": ..., "<split>_tokens": ...}}``;
+        the token count (characters plus one end-of-document token) is the denominator.
+    """
+    setup = lm_setup(cfg, docs)
+    blob = load_blob(Path(model_path))
+    setup.model.load_state_dict(blob["model"])
+    setup.model.eval()
+    return {"signature": blob["meta"]["signature"], **setup.report()}

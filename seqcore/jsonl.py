@@ -1,0 +1,26 @@
+"""JSON-lines files of dataclass rows, written with stable bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def write_jsonl(rows: Iterable[Any], path: Path) -> None:
+    """One dataclass per line, keys sorted, UTF-8, ``\\n`` line ends: same rows, same bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(dataclasses.asdict(row), ensure_ascii=False, sort_keys=True) + "\n")
+
+
+def read_jsonl(path: Path, cls: type[T]) -> list[T]:
+    """Rows written by :func:`write_jsonl`, rebuilt as ``cls``."""
+    with open(path, encoding="utf-8") as f:
+        return [cls(**json.loads(line)) for line in f if line.strip()]

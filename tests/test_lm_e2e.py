@@ -1,0 +1,34 @@
+"""`task: lm` through the real `dvc repro`: train, the lm decode/evaluate branches, MLflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_repo
+from tests.test_pipeline_e2e import dvc
+
+pytestmark = pytest.mark.e2e
+
+LM_PARAMS = {
+    "task": "lm",
+    "data": {"max_pairs": 300},
+    "model": {"family": "gru", "rnn": {"embed_dim": 8, "hidden": 16}},
+    "train": {"batch_size": 4, "max_steps": 4, "bptt_len": 16, "eval_every": 2,
+              "checkpoint_every": 2, "schedule": "constant", "lr": 0.01, "warmup_steps": 0},
+}
+
+
+def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(tmp_path: Path) -> None:
+    repo = copy_repo(tmp_path, LM_PARAMS)
+    out = dvc(repo, "repro")
+    assert "task lm: nothing to decode" in out
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert metrics["task"] == "lm" and metrics["signature"].startswith("task:lm|")
+    for split in ("dev", "test"):
+        assert metrics[f"{split}_ppl_carried"] > 1.0
+        assert metrics[f"{split}_ppl_reset_every_segment"] > 1.0
+        assert metrics[f"{split}_tokens"] > 0
+    assert "up to date" in dvc(repo, "status")
