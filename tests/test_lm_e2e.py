@@ -14,9 +14,9 @@ pytestmark = pytest.mark.e2e
 
 LM_PARAMS = {
     "task": "lm",
-    "data": {"max_pairs": 300},
+    "data": {"max_pairs": 300, "dev_fraction": 0.005, "test_fraction": 0.005},
     "model": {"family": "gru", "rnn": {"embed_dim": 8, "hidden": 16}},
-    "train": {"batch_size": 4, "max_steps": 4, "bptt_len": 16, "eval_every": 2,
+    "train": {"batch_size": 8, "max_steps": 4, "bptt_len": 16, "eval_every": 4,
               "checkpoint_every": 2, "schedule": "constant", "lr": 0.01, "warmup_steps": 0},
 }
 
