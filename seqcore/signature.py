@@ -74,7 +74,7 @@ def signature_diff(expected: str, got: str) -> list[str]:
 
 
 #: Train-section keys that do not change what is learned (logging and bookkeeping only).
-_NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every"}
+NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every"}
 
 
 def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[s
     tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "sequence", "model",
                                                   "train")}
     flat = {k: v for k, v in flatten(tree).items()
-            if not (k.startswith("train.") and k.split(".", 1)[1] in _NOT_CONTRACT)}
+            if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)}
     flat["task"] = cfg.task
     flat["signature"] = contract_signature(cfg, tokenizer_contract)
     flat["tokenizer.src.sha256"] = tokenizer_contract["src"]["sha256"]

@@ -23,7 +23,7 @@ from seqcore.data.examples import Example
 from seqcore.hashing import digest
 from seqcore.models import build_model
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
-from seqcore.signature import format_signature, training_contract
+from seqcore.signature import NOT_CONTRACT, format_signature, training_contract
 from seqcore.training.checkpoint import SCHEMA_VERSION, load_blob, save_blob
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.lm import LMFeed, lm_nll
@@ -81,9 +81,8 @@ def lm_setup(cfg: Config, docs: list[Document]) -> Setup:
               "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}",
               "bptt": str(cfg.train.bptt_len), "ls": f"{cfg.sequence.label_smoothing:g}"}
     tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "model", "train")}
-    bookkeeping = ("log_every", "keep_last", "resume", "checkpoint_every")
     contract = {k: v for k, v in flatten(tree).items()
-                if not (k.startswith("train.") and k[6:] in bookkeeping)}
+                if not (k.startswith("train.") and k[6:] in NOT_CONTRACT)}
     contract.update({"task": "lm", "signature": format_signature(fields),
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})
