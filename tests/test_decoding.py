@@ -25,7 +25,7 @@ from seqcore.models.base import EncoderDecoder, Reorderable
 
 IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)
 SRC_V, TGT_V = 11, 13
-#: Model families decoded by the family-parametrised tests (the integrator adds "gru", "lstm").
+#: Model families decoded by the family-parametrised tests.
 FAMILIES = ["transformer", "gru", "lstm"]
 #: PAD and BOS are never outputs (what the factory bans).
 RULES = Masking(banned=(IDS.pad, IDS.bos))
