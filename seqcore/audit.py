@@ -7,6 +7,7 @@ prints an :class:`AuditReport`.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import math
@@ -54,17 +55,35 @@ def md5_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def dvc_md5(path: Path) -> str:
+def dvcignore_patterns(root: Path) -> tuple[list[str], list[str]]:
+    """Directory-name and file-name patterns of ``root/.dvcignore``.
+
+    Only the simple forms are understood: ``name/`` (a directory of that name anywhere) and a
+    glob without a slash (``*.pyc``), which is what this project's .dvcignore uses.
+    """
+    path = root / ".dvcignore"
+    lines = path.read_text().splitlines() if path.exists() else []
+    rules = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    return [r.rstrip("/") for r in rules if r.endswith("/")], [r for r in rules
+                                                               if not r.endswith("/")]
+
+
+def dvc_md5(path: Path, ignore: tuple[list[str], list[str]] = ([], [])) -> str:
     """The md5 DVC records for a file, or for a directory its ``<md5>.dir`` tree hash.
 
     The tree hash is the md5 of the JSON list ``[{"md5": ..., "relpath": ...}]`` sorted by
-    relpath (dvc_data ``Tree.as_bytes``); tests compare it with a real ``dvc.lock``.
+    relpath (dvc_data ``Tree.as_bytes``), leaving out what ``.dvcignore`` ignores
+    (``ignore`` = dvcignore_patterns); tests compare it with a real ``dvc.lock``.
     """
     if path.is_file():
         return md5_file(path)
+    dirs, globs = ignore
     entries = []
-    for dirpath, _, files in os.walk(path):
+    for dirpath, subdirs, files in os.walk(path):
+        subdirs[:] = [d for d in subdirs if not any(fnmatch.fnmatch(d, p) for p in dirs)]
         for name in files:
+            if any(fnmatch.fnmatch(name, p) for p in globs):
+                continue
             full = Path(dirpath) / name
             entries.append({"md5": md5_file(full), "relpath": full.relative_to(path).as_posix()})
     entries.sort(key=lambda e: e["relpath"])
@@ -80,14 +99,14 @@ def lock_hash_diffs(root: Path, lock: dict[str, Any]) -> list[str]:
             for item in entry.get(kind, []):
                 if "md5" in item:
                     seen.setdefault(item["path"], f"{stage}.{kind}:{item['md5']}")
-    diffs = []
+    diffs, ignore = [], dvcignore_patterns(root)
     for rel, where in sorted(seen.items()):
         recorded = where.rsplit(":", 1)[1]
         path = root / rel
         if not path.exists():
             diffs.append(f"{rel}: missing (dvc.lock {where.split(':')[0]} records {recorded})")
             continue
-        got = dvc_md5(path)
+        got = dvc_md5(path, ignore)
         if got != recorded:
             diffs.append(f"{rel}: md5 {got} on disk != {recorded} in dvc.lock")
     return diffs
