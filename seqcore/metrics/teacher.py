@@ -14,7 +14,7 @@ from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.examples import Example
 from seqcore.metrics.scores import perplexity, ratio
 from seqcore.models.base import EncoderDecoder
-from seqcore.training.batch import make_batch
+from seqcore.training.batch import teacher_forced_passes
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,9 @@ def teacher_forced_stats(
     model: EncoderDecoder, examples: list[Example], ids: SpecialIds, batch_size: int
 ) -> dict[str, TeacherStats]:
     """Per-example teacher-forced statistics, keyed by example id; runs in eval mode."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
     out: dict[str, TeacherStats] = {}
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i : i + batch_size]
-        b = make_batch(chunk, ids)
-        logits = model(b.src.to(device), b.src_mask.to(device), b.tf.inputs.to(device))
-        labels = b.tf.labels.to(device)  # (B, T)
+    for chunk, b, logits in teacher_forced_passes(model, examples, ids, batch_size):
+        labels = b.tf.labels  # (B, T)
         valid = labels != IGNORE_INDEX  # (B, T)
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
         safe = labels.masked_fill(~valid, 0)
@@ -54,7 +48,6 @@ def teacher_forced_stats(
         for ex, s, n, c in zip(chunk, nll.sum(1).tolist(), valid.sum(1).tolist(),
                                hit.sum(1).tolist(), strict=True):
             out[ex.id] = TeacherStats(float(s), int(n), int(c))
-    model.train(was_training)
     return out
 
 

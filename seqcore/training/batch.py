@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from seqcore.contract import SpecialIds, TeacherForcing, pad_batch, shift_targets
 from seqcore.data.examples import Example
+from seqcore.models.base import EncoderDecoder
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,29 @@ def mix_model_tokens(
     eligible[:, 0] = False
     draw = torch.rand(tf.inputs.shape, generator=generator) < probability
     return torch.where(eligible & draw, shifted, tf.inputs)
+
+
+def teacher_forced_passes(
+    model: EncoderDecoder, examples: list[Example], ids: SpecialIds, batch_size: int
+) -> Iterator[tuple[list[Example], Batch, torch.Tensor]]:
+    """Teacher-forced forward passes over examples in file order, in eval mode.
+
+    The caller decides about gradients (wrap the loop in ``torch.no_grad()``); the model's
+    train/eval mode is restored when the iteration ends.
+
+    Yields:
+        (the examples of the batch, the padded batch on the model's device, logits (B, T, V)).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        for i in range(0, len(examples), batch_size):
+            chunk = examples[i : i + batch_size]
+            b = make_batch(chunk, ids)
+            tf = TeacherForcing(b.tf.inputs.to(device), b.tf.labels.to(device),
+                                b.tf.mask.to(device))
+            b = Batch(b.src.to(device), b.src_mask.to(device), tf)
+            yield chunk, b, model(b.src, b.src_mask, b.tf.inputs)
+    finally:
+        model.train(was_training)

@@ -20,7 +20,7 @@ from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
-from seqcore.training.batch import Batch, make_batch, mix_model_tokens
+from seqcore.training.batch import Batch, make_batch, mix_model_tokens, teacher_forced_passes
 
 
 class Feed(Protocol):
@@ -56,15 +56,11 @@ def teacher_forced_nll(
     model: EncoderDecoder, examples: list[Example], ids: SpecialIds, batch_size: int
 ) -> tuple[float, int]:
     """Summed token NLL (EOS included, PAD/BOS excluded) and its token count, in eval mode."""
-    was_training = model.training
-    model.eval()
     total, count = 0.0, 0
-    for i in range(0, len(examples), batch_size):
-        b = make_batch(examples[i : i + batch_size], ids)
-        out = sequence_loss(model(b.src, b.src_mask, b.tf.inputs), b.tf.labels, "sum", 0.0, ())
+    for _, b, logits in teacher_forced_passes(model, examples, ids, batch_size):
+        out = sequence_loss(logits, b.tf.labels, "sum", 0.0, ())
         total += float(out.nll)
         count += out.tokens
-    model.train(was_training)
     return total, count
 
 
