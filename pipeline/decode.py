@@ -7,9 +7,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.lm import decode_lm
 from pipeline.stage import load, signature, write_json
-from seqcore.config import as_dict
+from seqcore.config import Config, as_dict
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples, write_predictions
@@ -17,6 +16,17 @@ from seqcore.hashing import sha256_file
 from seqcore.tokenizer import load_tokenizers
 from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
+
+
+def decode_lm(cfg: Config, out: Path) -> None:
+    """Write the (empty) predictions and a header naming the model and the reason."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("")
+    write_json(out.with_suffix(".header.json"), {
+        "task": "lm", "decode": as_dict(cfg.decode), "rows": 0,
+        "model_sha256": sha256_file(Path(cfg.paths.model)),
+        "note": "task lm: nothing to decode; evaluate reports perplexity"})
+    print("[decode] task lm: nothing to decode", file=sys.stderr)
 
 
 def main() -> None:
