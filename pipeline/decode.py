@@ -39,7 +39,14 @@ def main() -> None:
     toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
         side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
     tc, ids, tgt_tok = toks.contract, toks.ids, toks.tgt
-    set_determinism(cfg.decode.seed, cfg.train.threads)
+    if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
+        sys.exit(f"[decode] decode.max_len ({cfg.decode.max_len}) is longer than the model's "
+                 f"position range ({model.max_positions} = max(sequence.max_src_len, "
+                 "sequence.max_tgt_len) + 1); lower decode.max_len or retrain with a larger "
+                 "sequence.max_tgt_len")
+    # The thread count the model was trained with (float sums depend on the split); read from
+    # the model file, so decode declares no train param.
+    set_determinism(cfg.decode.seed, trained["train.threads"])
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     with torch.inference_mode():
         rows = decode_examples(model, examples, make_decoder(cfg.decode, ids), ids, tgt_tok,
