@@ -179,9 +179,8 @@ def test_stage_params_are_exactly_the_config_keys_it_reads(
     # paths.* reach dvc.yaml through templating: a changed path changes the deps/outs.
     read = {k for k in recorded_reads[stage] if not k.startswith("paths.")}
     declared = {k for k in declared_params(dvc_stages()[stage]) if not k.startswith("paths.")}
-    assert not sorted(read - declared), f"{stage} reads undeclared params: {sorted(read - declared)}"
-    assert not sorted(declared - read), f"{stage} declares params it never reads: " \
-        f"{sorted(declared - read)}"
+    assert not read - declared, f"{stage} reads undeclared params: {sorted(read - declared)}"
+    assert not declared - read, f"{stage} declares params it never reads: {sorted(declared - read)}"
 
 
 def test_model_position_range_depends_on_the_sequence_contract_not_on_decode() -> None:
