@@ -7,9 +7,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.lm import decode_lm
 from pipeline.stage import load, signature, write_json
-from seqcore.config import as_dict
+from seqcore.config import Config, as_dict
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples, write_predictions
@@ -17,6 +16,17 @@ from seqcore.hashing import sha256_file
 from seqcore.tokenizer import load_tokenizers
 from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
+
+
+def decode_lm(cfg: Config, out: Path) -> None:
+    """Write the (empty) predictions and a header naming the model and the reason."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("")
+    write_json(out.with_suffix(".header.json"), {
+        "task": "lm", "decode": as_dict(cfg.decode), "rows": 0,
+        "model_sha256": sha256_file(Path(cfg.paths.model)),
+        "note": "task lm: nothing to decode; evaluate reports perplexity"})
+    print("[decode] task lm: nothing to decode", file=sys.stderr)
 
 
 def main() -> None:
@@ -29,7 +39,14 @@ def main() -> None:
     toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
         side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
     tc, ids, tgt_tok = toks.contract, toks.ids, toks.tgt
-    set_determinism(cfg.decode.seed, cfg.train.threads)
+    if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
+        sys.exit(f"[decode] decode.max_len ({cfg.decode.max_len}) is longer than the model's "
+                 f"position range ({model.max_positions} = max(sequence.max_src_len, "
+                 "sequence.max_tgt_len) + 1); lower decode.max_len or retrain with a larger "
+                 "sequence.max_tgt_len")
+    # The thread count the model was trained with (float sums depend on the split); read from
+    # the model file, so decode declares no train param.
+    set_determinism(cfg.decode.seed, trained["train.threads"])
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     with torch.inference_mode():
         rows = decode_examples(model, examples, make_decoder(cfg.decode, ids), ids, tgt_tok,

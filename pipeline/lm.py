@@ -1,7 +1,5 @@
-"""The decode and evaluate stages for ``task: lm`` (a language model has no source to decode).
-
-decode writes an empty predictions file with a header saying so; evaluate recomputes dev and
-test perplexity of the saved model with carried state and with a reset every segment.
+"""The evaluate stage for ``task: lm``: dev and test perplexity of the saved model with
+carried state and with a reset every segment (its decode branch is in pipeline/decode.py).
 """
 
 from __future__ import annotations
@@ -14,17 +12,6 @@ from pipeline.tracking import log_or_keep, train_curve, tracking_uri
 from seqcore.config import Config, as_dict, flatten
 from seqcore.hashing import sha256_file
 from seqcore.training.setups import evaluate_lm, lm_documents
-
-
-def decode_lm(cfg: Config, out: Path) -> None:
-    """Write the (empty) predictions and a header naming the model and the reason."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("")
-    write_json(out.with_suffix(".header.json"), {
-        "task": "lm", "decode": as_dict(cfg.decode), "rows": 0,
-        "model_sha256": sha256_file(Path(cfg.paths.model)),
-        "note": "task lm: nothing to decode; evaluate reports perplexity"})
-    print("[decode] task lm: nothing to decode", file=sys.stderr)
 
 
 def evaluate_lm_stage(cfg: Config) -> None:

@@ -10,6 +10,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -83,14 +84,45 @@ def train_curve(train_log: Path) -> list[tuple[str, int, float]]:
                 if row.get(col) not in (None, "", "nan")]
 
 
-def git_state() -> dict[str, str]:
-    """The commit of the working tree and whether it had uncommitted changes."""
-    def git(*args: str) -> str:
-        res = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return res.stdout.strip()
+def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:
+    """Every out, metric and plot file of the stages in dvc.yaml, templated with ``cfg``."""
+    values = flatten(as_dict(cfg))
+    stages = read_yaml12(dvc_yaml)["stages"] if dvc_yaml.exists() else {}
+    out = set()
+    for stage in stages.values():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind) or []:
+                name = entry if isinstance(entry, str) else next(iter(entry))
+                out.add(re.sub(r"\$\{([^}]+)\}", lambda m: str(values[m.group(1)]), name))
+    return {name.rstrip("/") for name in out}
 
-    return {"git.commit": git("rev-parse", "HEAD") or "none",
-            "git.dirty": str(bool(git("status", "--porcelain")))}
+
+def git_changes() -> list[str]:
+    """Paths (files, untracked ones included) that differ from the checked-out commit."""
+    res = subprocess.run(["git", "status", "--porcelain", "-z", "--untracked-files=all"],
+                         capture_output=True, text=True, check=False)
+    fields, paths = res.stdout.split("\0"), []
+    while fields:
+        entry = fields.pop(0)
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if entry[0] in "RC":  # a rename or copy is followed by its source path
+                paths.append(fields.pop(0))
+    return paths
+
+
+def git_state(cfg: Config) -> dict[str, str]:
+    """The commit of the working tree, and whether its code or params differ from it.
+
+    Files the pipeline writes itself (dvc.lock, reports/, every output in dvc.yaml) do not
+    count: `dvc repro` rewrites them before this runs, which marked every run dirty (issue 12).
+    """
+    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=False)
+    written = {"dvc.lock", "reports"} | pipeline_outputs(cfg)
+    dirty = [p for p in git_changes()
+             if not any(p == w or p.startswith(w + "/") for w in written)]
+    return {"git.commit": res.stdout.strip() or "none", "git.dirty": str(bool(dirty))}
 
 
 def _sha256_or_none(path: Path) -> str:
@@ -115,7 +147,7 @@ def run_tags(cfg: Config, sig: str, tc: dict[str, Any], header: dict[str, Any]) 
                                                          "contract.json"),
             "dvc.lock.sha256": _sha256_or_none(lock), "dvc.lock.upstream.sha256": upstream,
             "model.sha256": header["model_sha256"], "seqcore.version": __version__,
-            **git_state()}
+            **git_state(cfg)}
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp.name"] = os.environ["DVC_EXP_NAME"]
     return tags

@@ -52,10 +52,10 @@ def main() -> None:
     with open(log_path, "w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(LOG_COLUMNS)
-        writer.writerows(row + [""] for row in trainer.state.history)
+        writer.writerows(trainer.state.history)
 
-        def log(row: list[float]) -> None:
-            writer.writerow(row)
+        def log(row: list[float]) -> None:  # LOG_COLUMNS values, then tokens/s (console only)
+            writer.writerow(row[:-1])
             f.flush()
             if not sys.stderr.isatty() and row[0] % cfg.train.log_every == 0:
                 print(f"[train] step {row[0]:.0f} loss {row[3]:.4f} lr {row[2]:.2e} "

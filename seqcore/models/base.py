@@ -28,6 +28,11 @@ class EncoderDecoder(nn.Module, abc.ABC):
     Models return logits (never losses) and take vocabulary sizes as ints.
     """
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence (source, or decoder input) the model can embed; None = any."""
+        return None
+
     @abc.abstractmethod
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Reorderable:
         """Encode a padded source batch.

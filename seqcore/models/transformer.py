@@ -193,6 +193,10 @@ class Transformer(EncoderDecoder):
         if shape.tie_embeddings:
             self.proj.weight = self.tgt_embed.weight
 
+    @property
+    def max_positions(self) -> int:
+        return self.shape.max_len
+
     def _embed(self, table: nn.Embedding, tokens: torch.Tensor, offset: int) -> torch.Tensor:
         positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
         if positions.numel() and int(positions[-1]) >= self.shape.max_len:

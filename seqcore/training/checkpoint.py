@@ -22,6 +22,7 @@ import torch
 
 SCHEMA_VERSION = 2  # 2: data cursor under "data" (feeds: bucket sampler or lm streams)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
+_PARTIAL = re.compile(r"^\..+\.tmp-\d+$")  # atomic_write's temporary name
 
 
 class ContractMismatch(RuntimeError):
@@ -43,12 +44,35 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def canonical(value: Any) -> Any:
+    """A copy of a payload whose pickle bytes depend only on its values.
+
+    Pickle writes an object once and later refers back to it by identity, so equal values
+    reached through different objects give different bytes: after ``load_state_dict`` the
+    optimizer's ``'step'`` keys are the unpickled string, not the interned literal a fresh
+    run uses, and a resumed run's checkpoints differed from an uninterrupted run's (issue 12).
+    Here every string is interned (equal strings are one object) and every container is
+    rebuilt (no two places share one), in the original order; tensors are kept as they are.
+    """
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        out = type(value)((canonical(k), canonical(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):  # a module state_dict's version info
+            out._metadata = canonical(value._metadata)  # type: ignore[attr-defined]
+        return out
+    if type(value) in (list, tuple):
+        return type(value)(canonical(v) for v in value)
+    return value
+
+
 def save_blob(path: Path, payload: dict[str, Any]) -> str:
-    """Serialise a payload atomically with a ``.sha256`` sidecar; returns the hash."""
+    """Serialise a payload atomically, in canonical form, with a ``.sha256`` sidecar;
+    returns the hash."""
     import io  # noqa: PLC0415
 
     buf = io.BytesIO()
-    torch.save(payload, buf)
+    torch.save(canonical(payload), buf)
     data = buf.getvalue()
     digest = _sha256(data)
     atomic_write(path, data)
@@ -124,6 +148,16 @@ class CheckpointDir:
             old.unlink()
             old.with_name(old.name + ".sha256").unlink(missing_ok=True)
         return path
+
+    def remove_partial(self) -> list[str]:
+        """Delete temporary files a killed write left behind (``.NAME.tmp-PID``); returns
+        their names. Only one training process uses a folder at a time (DVC's stage lock)."""
+        if not self.root.exists():
+            return []
+        partial = sorted(p for p in self.root.iterdir() if _PARTIAL.match(p.name))
+        for path in partial:
+            path.unlink()
+        return [p.name for p in partial]
 
     def clear(self) -> None:
         """Remove every checkpoint of this folder (a fresh start must not see stale ones)."""

@@ -33,8 +33,10 @@ from seqcore.training.checkpoint import (
 from seqcore.training.feeds import Feed, Seq2SeqFeed, teacher_forced_nll  # noqa: F401 (re-exported)
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
+#: Columns of the training log (a DVC output): deterministic values only. Throughput is
+#: wall-clock time, so it goes to the console and never into a tracked file (issue 12).
 LOG_COLUMNS = ("step", "epoch", "lr", "loss", "tokens", "grad_norm", "skipped", "dev_nll",
-               "ss_prob", "tokens_per_s")
+               "ss_prob")
 
 
 class TooManySkippedSteps(RuntimeError):
@@ -125,6 +127,8 @@ class TrainLoop:
         Raises ContractMismatch (with a diff) when the checkpoint was trained under another
         contract; ``train.resume: fresh`` deletes the folder's checkpoints instead.
         """
+        for name in self.ckpt.remove_partial():
+            print(f"removed {name}: a checkpoint write that did not finish", file=sys.stderr)
         found = self.ckpt.latest_good() if self.cfg.resume == "auto" else None
         if found is None:
             if self.cfg.resume == "auto" and self.ckpt.numbered():
@@ -194,7 +198,10 @@ class TrainLoop:
 
     # -- the run -------------------------------------------------------------------------
     def run(self, log: Callable[[list[float]], None]) -> TrainState:
-        """Train until ``max_steps``, checkpointing and evaluating on the way."""
+        """Train until ``max_steps``, checkpointing and evaluating on the way.
+
+        ``log`` gets each step's LOG_COLUMNS values followed by its tokens per second.
+        """
         self.model.train()
         from tqdm import tqdm  # noqa: PLC0415
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from seqcore.config import Config, as_dict, flatten
+from seqcore.config import Config, SequenceConfig, as_dict, flatten
 from seqcore.contract import SpecialIds
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
@@ -48,12 +48,20 @@ class Setup:
     report: Callable[[], dict[str, Any]]
 
 
+def position_range(seq: SequenceConfig) -> int:
+    """Positions the model embeds: the longest source or decoder input (BOS + target, EOS
+    counted by max_tgt_len), plus one spare. It comes from the sequence contract alone, so a
+    decode parameter never changes the trained model (issue 12); decoding caps generation at
+    ``decode.max_len``, which the decode stage checks against this range."""
+    return max(seq.max_src_len, seq.max_tgt_len) + 1
+
+
 def seq2seq_setup(
     cfg: Config, tc: dict[str, Any], sig: str, data: tuple[list[Example], list[Example]]
 ) -> Setup:
     """Encoder-decoder training on encoded pairs under the tokenizer contract ``tc``."""
     ids = SpecialIds(**tc["special_ids"])
-    max_len = max(cfg.sequence.max_src_len, cfg.sequence.max_tgt_len, cfg.decode.max_len) + 1
+    max_len = position_range(cfg.sequence)
     info = ModelInfo(cfg.model, tc["src"]["vocab_size"], tc["tgt"]["vocab_size"], ids.pad, max_len)
     model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id, info.max_len)
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else \

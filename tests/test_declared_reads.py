@@ -1,0 +1,222 @@
+"""Declared reads are actual reads (STYLE rule 14, issue 12).
+
+Each stage's ``deps`` in dvc.yaml cover exactly the repository modules its entry module
+imports (the closure, computed from the source with ``ast``), and its ``params`` are exactly
+the config keys it reads while it runs (recorded by a wrapper this test installs on the
+frozen config dataclasses). Both comparisons go both ways: an undeclared read lets
+``dvc repro`` skip a stage whose output changed; a declared dependency nobody reads re-runs
+a stage for nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, TINY_PARAMS, copy_repo, merge
+
+STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
+CODE_ROOTS = ("pipeline", "seqcore")
+
+
+def dvc_stages() -> dict:
+    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+def module_file(name: str) -> Path | None:
+    """The repository file of a dotted module name (package -> its __init__.py), or None."""
+    if name.split(".")[0] not in CODE_ROOTS:
+        return None
+    base = REPO.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` may load (function-level ones too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            # `from pkg import sub` loads pkg/sub.py when sub is a module
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_closure(entry: str) -> set[str]:
+    """Repository files (relative paths) loaded by importing module ``entry``."""
+    todo, seen = [entry], set()
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+        for i in range(1, len(parts) + 1):
+            path = module_file(".".join(parts[:i]))
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            todo.extend(imported_names(path))
+    return {str(p.relative_to(REPO)) for p in seen}
+
+
+def declared_code(stage: dict) -> set[str]:
+    """The stage's code deps (templated data paths are not code)."""
+    deps = (d if isinstance(d, str) else next(iter(d)) for d in stage.get("deps", []))
+    return {d.rstrip("/") for d in deps if d.split("/")[0] in CODE_ROOTS}
+
+
+def covered(path: str, deps: set[str]) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in deps)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_deps_are_exactly_the_import_closure_of_its_entry_module(stage: str) -> None:
+    closure = import_closure(f"pipeline.{stage}")
+    deps = declared_code(dvc_stages()[stage])
+    undeclared = sorted(p for p in closure if not covered(p, deps))
+    assert not undeclared, f"{stage}: imported but not in dvc.yaml deps: {undeclared}"
+    for dep in sorted(deps):
+        files = {str(p.relative_to(REPO)) for p in (REPO / dep).rglob("*.py")} \
+            if (REPO / dep).is_dir() else {dep}
+        unused = sorted(files - closure)
+        assert not unused, f"{stage}: dvc.yaml dep {dep} holds modules it never imports: {unused}"
+
+
+# -- params: the config keys each stage reads while it runs -----------------------------------
+
+#: Runs every stage in one process (torch is imported once). Before any stage module is
+#: imported, load_config is wrapped to index the loaded tree (object id -> dotted prefix) and
+#: each config dataclass gets a __getattribute__ that records reads of leaf fields of that
+#: tree. Config objects built elsewhere (e.g. the model file's own ModelConfig) are not
+#: params.yaml and are not recorded. The wrapper lives only here: the stages run unchanged.
+RECORDER = r"""
+import dataclasses, json, runpy, sys
+import seqcore.config as C
+
+prefixes, reads = {}, set()
+fields = {cls: {f.name for f in dataclasses.fields(cls)} for cls in vars(C).values()
+          if isinstance(cls, type) and dataclasses.is_dataclass(cls)}
+
+def index(obj, prefix):
+    prefixes[id(obj)] = prefix
+    for name in fields[type(obj)]:
+        value = object.__getattribute__(obj, name)
+        if type(value) in fields:
+            index(value, f"{prefix}{name}.")
+
+def recording_getattribute(self, name):
+    value = object.__getattribute__(self, name)
+    prefix = prefixes.get(id(self))
+    if prefix is not None and name in fields[type(self)] and type(value) not in fields:
+        reads.add(prefix + name)
+    return value
+
+for cls in fields:
+    cls.__getattribute__ = recording_getattribute
+real_load = C.load_config
+
+def load_config(path):
+    cfg = real_load(path)
+    index(cfg, "")
+    return cfg
+
+C.load_config = load_config
+out = {}
+for stage in sys.argv[1:]:
+    reads.clear()
+    sys.argv = [f"pipeline/{stage}.py"]
+    runpy.run_module(f"pipeline.{stage}", run_name="__main__", alter_sys=True)
+    out[stage] = sorted(reads)
+print(json.dumps(out))
+"""
+
+
+def all_keys() -> set[str]:
+    from seqcore.config import Config, as_dict, flatten  # noqa: PLC0415
+
+    return set(flatten(as_dict(Config())))
+
+
+def declared_params(stage: dict) -> set[str]:
+    """Leaf keys the stage declares; a section name (``model``) covers its keys, and a bare
+    ``params.yaml:`` entry covers the whole file."""
+    keys, out = all_keys(), set()
+    for entry in stage.get("params", []):
+        names = [entry] if isinstance(entry, str) else \
+            [n for values in entry.values() for n in (values or [""])]
+        for name in names:
+            out |= {k for k in keys if not name or k == name or k.startswith(name + ".")}
+    return out
+
+
+@pytest.fixture(scope="module")
+def recorded_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    """Each stage run in order on tiny params in a copy of the repository, with its reads."""
+    repo = copy_repo(tmp_path_factory.mktemp("reads"), merge(TINY_PARAMS, {
+        "train": {"max_steps": 2, "eval_every": 2, "checkpoint_every": 2}}))
+    env = dict(os.environ, PYTHONPATH=str(REPO), MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+               MLFLOW_TRACKING_URI=f"sqlite:///{repo / 'mlflow.db'}")
+    res = subprocess.run([sys.executable, "-c", RECORDER, *STAGES], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {k: set(v) for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_params_are_exactly_the_config_keys_it_reads(
+        recorded_reads: dict[str, set[str]], stage: str) -> None:
+    # paths.* reach dvc.yaml through templating: a changed path changes the deps/outs.
+    read = {k for k in recorded_reads[stage] if not k.startswith("paths.")}
+    declared = {k for k in declared_params(dvc_stages()[stage]) if not k.startswith("paths.")}
+    assert not read - declared, f"{stage} reads undeclared params: {sorted(read - declared)}"
+    assert not declared - read, f"{stage} declares params it never reads: {sorted(declared - read)}"
+
+
+def test_model_position_range_depends_on_the_sequence_contract_not_on_decode() -> None:
+    from seqcore.config import config_from_dict  # noqa: PLC0415
+    from seqcore.training.setups import position_range  # noqa: PLC0415
+
+    short, long_ = (config_from_dict({"decode": {"max_len": n}}) for n in (8, 64))
+    assert position_range(short.sequence) == position_range(long_.sequence) == 33
+    wide = config_from_dict({"sequence": {"max_src_len": 40, "max_tgt_len": 20}})
+    assert position_range(wide.sequence) == 41
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_decoders_use_exactly_the_positions_of_their_length_cap(
+        strategy: str, use_cache: bool) -> None:
+    """A cap of max_positions tokens (EOS never allowed) fits; one more does not."""
+    import torch  # noqa: PLC0415
+
+    from seqcore.config import DecodeConfig  # noqa: PLC0415
+    from seqcore.contract import SpecialIds  # noqa: PLC0415
+    from seqcore.data.examples import Example  # noqa: PLC0415
+    from seqcore.decoding.factory import make_decoder  # noqa: PLC0415
+    from seqcore.models.transformer import Transformer, TransformerShape  # noqa: PLC0415
+
+    ids, limit = SpecialIds(0, 1, 2, 3), 6
+    model = Transformer(TransformerShape(12, 12, 16, 2, 1, 1, 32, 0.0, True, "learned", True,
+                                         limit, 0)).eval()
+    examples = [Example(str(i), str(i), "", "", [4 + i] * limit, [5], True) for i in range(2)]
+    src = torch.tensor([ex.src for ex in examples])
+    for cap, fits in ((limit, True), (limit + 1, False)):
+        cfg = DecodeConfig(strategy=strategy, beam_size=2, max_len=cap, min_len=cap - 1)
+        decode = make_decoder(cfg, ids, use_cache)
+        if fits:
+            hyps = decode(model, src, torch.ones_like(src, dtype=torch.bool), examples)
+            assert max(len(n[0].tokens) for n in hyps) == limit
+        else:
+            with pytest.raises(ValueError, match=f"position {limit} >= max_len {limit}"):
+                decode(model, src, torch.ones_like(src, dtype=torch.bool), examples)
