@@ -7,18 +7,25 @@ and runs cross-field checks; every error names the offending key and the valid c
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 
+from seqcore.errors import OneLineError
 
-class ConfigError(ValueError):
-    """A params.yaml value is missing, unknown, of the wrong type or inconsistent."""
+
+class ConfigError(OneLineError, ValueError):
+    """A params.yaml value is missing, unknown, of the wrong type, out of range or inconsistent.
+
+    The message is one line: ``<file>: <key> = <value>: <what it must be>``.
+    """
 
 
 @dataclass(frozen=True)
@@ -239,18 +246,34 @@ _Yaml12Bools.add_implicit_resolver(
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate params.yaml."""
+    """Read and validate params.yaml; every error is one line starting with the file name."""
     path = Path(path)
-    raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Bools) or {}  # noqa: S506 (a SafeLoader subclass)
-    cfg = _build(Config, raw, where=str(path))
-    _check(cfg)
-    return cfg
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        raw = yaml.load(text, Loader=_Yaml12Bools)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    return _validated(raw or {}, str(path))
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
     """Validate an in-memory params mapping (tests, audit)."""
-    cfg = _build(Config, raw, where="params")
-    _check(cfg)
+    return _validated(raw, "params")
+
+
+def _validated(raw: Any, source: str) -> Config:
+    try:
+        cfg = _build(Config, raw, where="")
+        _check_ranges(cfg)
+        _check(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
     return cfg
 
 
@@ -279,15 +302,34 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _key(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _show(value: Any) -> str:
+    """A value as the error line shows it (sections are not spelled out)."""
+    text = "{...}" if isinstance(value, dict) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fail(key: str, value: Any, what: str) -> NoReturn:
+    raise ConfigError(f"{key} = {_show(value)}: {what}")
+
+
+def _did_you_mean(word: str, choices: list[str], where: str = "") -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {_key(where, close[0])}?" if close else ""
+
+
 def _build(cls: type, raw: Any, where: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        _fail(where or "(whole file)", raw, "expected a mapping of keys to values")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(raw) - set(names))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {names}")
-    values = {name: _coerce(hints[name], raw[name], f"{where}.{name}") for name in raw}
+    for name in sorted(set(raw) - set(names), key=str):
+        hint = _did_you_mean(str(name), names, where) or f"; valid keys: {', '.join(names)}"
+        _fail(_key(where, str(name)), raw[name], "unknown key" + hint)
+    values = {name: _coerce(hints[name], raw[name], _key(where, name)) for name in raw}
     return cls(**values)
 
 
@@ -298,16 +340,17 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(hint)
         if value not in choices:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
+            near = _did_you_mean(str(value), [str(c) for c in choices])
+            _fail(where, value, f"must be one of {', '.join(map(str, choices))}{near}")
         return value
     if origin is tuple:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            _fail(where, value, "expected a list")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
-            raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
+            _fail(where, value, f"expected a list of {len(args)} values")
         return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if origin in (typing.Union, types.UnionType):
         return value
@@ -315,49 +358,143 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return float(value)
     if hint in (int, float, str, bool):
         if type(value) is not hint:
-            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+            _fail(where, value, f"expected {'a number' if hint is float else hint.__name__}")
         return value
     raise ConfigError(f"{where}: unsupported type {hint}")
 
 
+#: The valid range of every numeric parameter, as an interval; "inf" is unbounded. A list
+#: parameter's range applies to each element. Checked on load before the cross-field rules;
+#: tests/test_config.py keeps the table complete (docs/configuration.md explains the rules).
+RANGES: dict[str, str] = {
+    "data.split_seed": "[0, inf)",
+    "data.dev_fraction": "[0, 1)",
+    "data.test_fraction": "[0, 1)",
+    "data.max_pairs": "[0, inf)",  # 0 = all
+    "tokenizer.src_vocab_size": "[1, inf)",
+    "tokenizer.tgt_vocab_size": "[1, inf)",
+    "tokenizer.character_coverage": "(0, 1]",
+    "tokenizer.pad_id": "[0, inf)",
+    "tokenizer.unk_id": "[0, inf)",
+    "tokenizer.bos_id": "[0, inf)",
+    "tokenizer.eos_id": "[0, inf)",
+    "sequence.max_src_len": "[1, inf)",
+    "sequence.max_tgt_len": "[1, inf)",
+    "sequence.label_smoothing": "[0, 1)",
+    "model.transformer.d_model": "[1, inf)",
+    "model.transformer.n_heads": "[1, inf)",
+    "model.transformer.enc_layers": "[1, inf)",
+    "model.transformer.dec_layers": "[1, inf)",
+    "model.transformer.d_ff": "[1, inf)",
+    "model.transformer.dropout": "[0, 1)",
+    "model.rnn.embed_dim": "[1, inf)",
+    "model.rnn.hidden": "[1, inf)",
+    "model.rnn.enc_layers": "[1, inf)",
+    "model.rnn.dec_layers": "[1, inf)",
+    "model.rnn.dropout": "[0, 1)",
+    "train.seed": "[0, inf)",
+    "train.batch_size": "[1, inf)",
+    "train.bucket_width": "[1, inf)",
+    "train.accum_steps": "[1, inf)",
+    "train.max_steps": "[1, inf)",
+    "train.lr": "(0, inf)",
+    "train.warmup_steps": "[0, inf)",
+    "train.betas": "[0, 1)",
+    "train.eps": "(0, inf)",
+    "train.weight_decay": "[0, inf)",
+    "train.clip_norm": "[0, inf)",  # 0 = no clipping
+    "train.max_consecutive_skips": "[1, inf)",
+    "train.eval_every": "[1, inf)",
+    "train.checkpoint_every": "[1, inf)",
+    "train.keep_last": "[1, inf)",
+    "train.log_every": "[1, inf)",
+    "train.threads": "[1, inf)",
+    "train.ss_k": "(0, inf)",
+    "train.ss_cap": "[0, 1]",
+    "train.bptt_len": "[1, inf)",
+    "decode.beam_size": "[1, inf)",
+    "decode.n_best": "[1, inf)",
+    "decode.alpha": "[0, inf)",
+    "decode.min_len": "[0, inf)",
+    "decode.max_len": "[1, inf)",
+    "decode.max_len_ratio": "[0, inf)",  # 0 = no source-relative cap
+    "decode.no_repeat_ngram": "[0, inf)",  # 0 = off
+    "decode.temperature": "(0, inf)",
+    "decode.top_k": "[0, inf)",  # 0 = off
+    "decode.top_p": "(0, 1]",
+    "decode.seed": "[0, inf)",
+    "decode.batch_size": "[1, inf)",
+    "decode.banned_tokens": "[0, inf)",
+    "evaluate.bucket_edges": "[1, inf)",
+    "evaluate.repeat_ngram": "[1, inf)",
+    "evaluate.repeat_times": "[2, inf)",
+    "evaluate.examples_per_failure": "[0, inf)",
+    "evaluate.prediction_sample": "[0, inf)",
+}
+
+_INTERVAL = re.compile(r"^([\[(])(-?[\d.e+-]+|-inf), *(-?[\d.e+-]+|inf)([\])])$")
+
+
+def in_range(value: float, interval: str) -> str | None:
+    """None if ``value`` lies in ``interval`` (e.g. "[0, 1)"), else what it must be."""
+    m = _INTERVAL.match(interval)
+    if m is None:
+        raise ValueError(f"bad interval {interval!r}")
+    if not math.isfinite(value):  # YAML's .nan / .inf
+        return "must be a finite number"
+    lo_open, lo, hi, hi_closed = m[1] == "(", float(m[2]), float(m[3]), m[4] == "]"
+    ok = (value > lo if lo_open else value >= lo) and (value <= hi if hi_closed else value < hi)
+    if ok:
+        return None
+    if hi == math.inf:
+        return f"must be {'>' if lo_open else '>='} {m[2]}"
+    return f"must be in {interval}"
+
+
+def _check_ranges(cfg: Config) -> None:
+    """Every numeric parameter within its RANGES interval (list parameters element-wise)."""
+    values = flatten(as_dict(cfg))
+    for key, interval in RANGES.items():
+        value = values[key]
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue  # a non-number (e.g. "auto") is the type checker's business
+            problem = in_range(item, interval)
+            if problem:
+                _fail(key + (f"[{i}]" if isinstance(value, list) else ""), item, problem)
+
+
 def _check(cfg: Config) -> None:
-    """Cross-field rules."""
+    """Cross-field rules (each field is already within its range)."""
     tok, data, dec, tr = cfg.tokenizer, cfg.data, cfg.decode, cfg.train
-    ids = (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id)
-    if len(set(ids)) != 4 or min(ids) < 0:
-        raise ConfigError(f"tokenizer: pad/unk/bos/eos ids must be distinct and >= 0, got {ids}")
-    if not 0 <= data.dev_fraction and 0 <= data.test_fraction:
-        raise ConfigError("data: dev_fraction and test_fraction must be >= 0")
+    ids = [tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id]
+    if len(set(ids)) != 4:
+        _fail("tokenizer.pad_id/unk_id/bos_id/eos_id", ids, "must be distinct")
     if data.dev_fraction + data.test_fraction >= 1:
-        raise ConfigError("data: dev_fraction + test_fraction must be < 1")
+        raise ConfigError(f"data.dev_fraction + data.test_fraction = {data.dev_fraction} + "
+                          f"{data.test_fraction}: must be < 1")
     if data.source != "cmudict" and not data.path:
-        raise ConfigError(f"data.path: required when data.source is {data.source!r}")
+        _fail("data.path", data.path, f"required when data.source is {data.source}")
     if dec.n_best > dec.beam_size and dec.strategy == "beam":
-        raise ConfigError(f"decode: n_best ({dec.n_best}) must be <= beam_size ({dec.beam_size})")
-    if not 0 < dec.top_p <= 1:
-        raise ConfigError(f"decode.top_p: must be in (0, 1], got {dec.top_p}")
-    if dec.temperature <= 0:
-        raise ConfigError(f"decode.temperature: must be > 0, got {dec.temperature}")
+        _fail("decode.n_best", dec.n_best, f"must be <= decode.beam_size ({dec.beam_size})")
     if dec.min_len >= dec.max_len:
-        raise ConfigError(f"decode: min_len ({dec.min_len}) must be < max_len ({dec.max_len})")
-    if not 0 <= cfg.sequence.label_smoothing < 1:
-        raise ConfigError("sequence.label_smoothing: must be in [0, 1)")
-    if tr.batch_size < 1 or tr.accum_steps < 1 or tr.max_steps < 1:
-        raise ConfigError("train: batch_size, accum_steps and max_steps must be >= 1")
-    if cfg.model.transformer.d_model % cfg.model.transformer.n_heads:
-        raise ConfigError("model.transformer: d_model must be divisible by n_heads")
+        _fail("decode.min_len", dec.min_len, f"must be < decode.max_len ({dec.max_len})")
+    tf = cfg.model.transformer
+    if tf.d_model % tf.n_heads:
+        _fail("model.transformer.d_model", tf.d_model,
+              f"must be divisible by model.transformer.n_heads ({tf.n_heads})")
     if list(cfg.evaluate.bucket_edges) != sorted(set(cfg.evaluate.bucket_edges)):
-        raise ConfigError("evaluate.bucket_edges: must be strictly increasing")
-    if tok.eos_id in dec.banned_tokens or min(dec.banned_tokens, default=0) < 0:
-        raise ConfigError(f"decode.banned_tokens: ids must be >= 0 and not EOS ({tok.eos_id})")
-    if min(dec.beam_size, dec.n_best) < 1 or min(dec.top_k, dec.min_len, dec.no_repeat_ngram) < 0:
-        raise ConfigError("decode: beam_size, n_best must be >= 1; top_k, min_len, "
-                          "no_repeat_ngram >= 0")
-    if tr.bptt_len < 1:
-        raise ConfigError("train.bptt_len: must be >= 1")
+        _fail("evaluate.bucket_edges", list(cfg.evaluate.bucket_edges),
+              "must be strictly increasing")
+    if tok.eos_id in dec.banned_tokens:
+        _fail("decode.banned_tokens", list(dec.banned_tokens),
+              f"must not contain tokenizer.eos_id ({tok.eos_id})")
+    if tr.ss_schedule == "exponential" and not tr.ss_k < 1:
+        _fail("train.ss_k", tr.ss_k, "must be in (0, 1) when train.ss_schedule is exponential")
     if cfg.task == "lm" and cfg.model.family == "transformer":
-        raise ConfigError("task lm: model.family must be gru or lstm (the stateful RNN LM)")
+        _fail("model.family", cfg.model.family,
+              "must be gru or lstm when task is lm (the stateful RNN LM)")
     if cfg.task == "lm" and tr.ss_schedule != "off":
-        raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
-    if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
-        raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")
+        _fail("train.ss_schedule", tr.ss_schedule,
+              "must be off when task is lm (no decoder inputs to mix)")
