@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from seqcore.config import (
-    RANGES, Config, ConfigError, as_dict, config_from_dict, flatten, in_range, load_config)
+from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
+from seqcore.config_ranges import RANGES, in_range
 
 REPO = Path(__file__).resolve().parents[1]
 
