@@ -15,6 +15,7 @@ from seqcore.decoding.predictions import read_predictions
 from seqcore.metrics import plots
 from seqcore.metrics.evaluation import (
     Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
+from seqcore.metrics.nulls import null_undefined
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
@@ -66,6 +67,7 @@ def main() -> None:
     metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
                "tokenizer_tgt_sha256": tc["tgt"]["sha256"], **prediction_metrics(result),
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
+    metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header)
 
     record = build_record(cfg, metrics, sig, header, pred_path)

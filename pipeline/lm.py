@@ -11,6 +11,7 @@ from pipeline.stage import write_json
 from pipeline.tracking import log_or_keep, train_curve, tracking_uri
 from seqcore.config import Config, as_dict, flatten
 from seqcore.hashing import sha256_file
+from seqcore.metrics.nulls import null_undefined
 from seqcore.training.setups import evaluate_lm, lm_documents
 
 
@@ -18,7 +19,7 @@ def evaluate_lm_stage(cfg: Config) -> None:
     """metrics.json, report.md, an empty bucket table, and one MLflow run."""
     result = evaluate_lm(cfg, lm_documents(cfg), Path(cfg.paths.model))
     print(f"[evaluate] contract: {result['signature']}", file=sys.stderr)
-    metrics = {"task": "lm", "signature": result["signature"], **result["lm"]}
+    metrics = null_undefined({"task": "lm", "signature": result["signature"], **result["lm"]})
     write_json(cfg.paths.metrics, metrics)
     Path(cfg.paths.buckets).write_text("bucket,count\n")
     Path(cfg.evaluate.details_dir).mkdir(parents=True, exist_ok=True)
@@ -32,7 +33,8 @@ def evaluate_lm_stage(cfg: Config) -> None:
     record = {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": cfg.mlflow.experiment,
               "run_name": f"lm-{cfg.model.family}-bptt{cfg.train.bptt_len}",
               "params": {k: v for k, v in flatten(as_dict(cfg)).items()},
-              "metrics": {k: v for k, v in result["lm"].items() if isinstance(v, (int, float))},
+              "metrics": {k: v for k, v in metrics.items() if k in result["lm"]
+                          and isinstance(v, (int, float)) and not isinstance(v, bool)},
               "steps": train_curve(Path(cfg.paths.train_log)),
               "tags": {"contract.signature": result["signature"], "task": "lm",
                        "model.sha256": sha256_file(Path(cfg.paths.model))},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import subprocess
@@ -81,7 +82,7 @@ def train_curve(train_log: Path) -> list[tuple[str, int, float]]:
     with open(train_log, newline="") as f:
         return [(name, int(float(row["step"])), float(row[col]))
                 for row in csv.DictReader(f) for name, col in TRAIN_CURVES
-                if row.get(col) not in (None, "", "nan")]
+                if row.get(col) not in (None, "") and math.isfinite(float(row[col]))]
 
 
 def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:
@@ -225,7 +226,8 @@ def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)
         kept = json.loads(pending.read_text()) if pending.exists() else []
         pending.parent.mkdir(parents=True, exist_ok=True)
-        pending.write_text(json.dumps(kept + [record], indent=1, sort_keys=True) + "\n")
+        pending.write_text(json.dumps(kept + [record], indent=1, sort_keys=True,
+                                      allow_nan=False) + "\n")
         print(f"WARNING: MLflow store {record['uri']} unreachable ({type(err).__name__}: {err}); "
               f"run kept in {pending}; log it later with `python -m pipeline.tracking --replay`",
               file=sys.stderr)
@@ -252,7 +254,7 @@ def main() -> None:
             print(f"still unreachable: {err}", file=sys.stderr)
             left.append(record)
     if left:
-        pending.write_text(json.dumps(left, indent=1, sort_keys=True) + "\n")
+        pending.write_text(json.dumps(left, indent=1, sort_keys=True, allow_nan=False) + "\n")
         sys.exit(1)
     pending.unlink()
 

@@ -17,7 +17,8 @@ from pipeline.stage import load, signature, tokenizer_contract, write_json
 from seqcore.config import Config
 from seqcore.data.examples import read_examples
 from seqcore.hashing import digest
-from seqcore.training.checkpoint import CheckpointDir, load_blob
+from seqcore.metrics.nulls import null_undefined
+from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import LOG_COLUMNS, TrainLoop, set_determinism
 from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
 
@@ -63,21 +64,23 @@ def main() -> None:
                       f"tok/s {row[-1]:.0f}", file=sys.stderr)
 
         state = trainer.run(log)
-    best = ckpt.root / "best.pt"
-    if cfg.train.select == "best_dev" and best.exists():
-        setup.model.load_state_dict(load_blob(best)["model"])
-    selected_step = state.best_step if cfg.train.select == "best_dev" and best.exists() \
-        else state.step
+    best = ckpt.best_weights(state.best_step) if cfg.train.select == "best_dev" else None
+    if best is not None:
+        setup.model.load_state_dict(best.payload["model"])
+    elif cfg.train.select == "best_dev" and state.best_step:
+        print(f"warning: no usable checkpoint of best step {state.best_step}; the model file "
+              f"holds step {state.step} (the last)", file=sys.stderr)
+    selected_step = best.payload["state"]["step"] if best is not None else state.step
     meta = {"signature": setup.signature, "step": state.step, "select": cfg.train.select,
             "selected_step": selected_step, "best_step": state.best_step,
             "best_dev_nll": finite(state.best_dev), "training_contract": setup.contract}
     sha = setup.save(Path(cfg.paths.model), meta)
-    write_json(cfg.paths.train_metrics, {
+    write_json(cfg.paths.train_metrics, null_undefined({
         "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,
-        "best_step": state.best_step, "best_dev_nll": finite(state.best_dev),
+        "best_step": state.best_step, "best_dev_nll": state.best_dev,
         "final_loss": state.history[-1][3] if state.history else None,
         "model_sha256": sha, "selected": cfg.train.select, "selected_step": selected_step,
-        "checkpoints": str(ckpt.root), **setup.report()})
+        "checkpoints": str(ckpt.root), **setup.report()}))
 
 
 if __name__ == "__main__":

@@ -1,24 +1,32 @@
 """Typed configuration: one frozen dataclass per params.yaml section, one loader.
 
 Defaults live here and only here. The loader rejects unknown keys, checks types and choices,
-and runs cross-field checks; every error names the offending key and the valid choices.
+the range of every number (seqcore.config_ranges) and cross-field rules; every error is one
+line naming the key, the value and the valid choices or range.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 
+from seqcore.config_ranges import RANGES, in_range
+from seqcore.errors import OneLineError
 
-class ConfigError(ValueError):
-    """A params.yaml value is missing, unknown, of the wrong type or inconsistent."""
+
+class ConfigError(OneLineError, ValueError):
+    """A params.yaml value is missing, unknown, of the wrong type, out of range or inconsistent.
+
+    The message is one line: ``<file>: <key> = <value>: <what it must be>``.
+    """
 
 
 @dataclass(frozen=True)
@@ -239,18 +247,34 @@ _Yaml12Bools.add_implicit_resolver(
 
 
 def load_config(path: str | Path) -> Config:
-    """Read and validate params.yaml."""
+    """Read and validate params.yaml; every error is one line starting with the file name."""
     path = Path(path)
-    raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Bools) or {}  # noqa: S506 (a SafeLoader subclass)
-    cfg = _build(Config, raw, where=str(path))
-    _check(cfg)
-    return cfg
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        raw = yaml.load(text, Loader=_Yaml12Bools)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    return _validated(raw or {}, str(path))
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
     """Validate an in-memory params mapping (tests, audit)."""
-    cfg = _build(Config, raw, where="params")
-    _check(cfg)
+    return _validated(raw, "params")
+
+
+def _validated(raw: Any, source: str) -> Config:
+    try:
+        cfg = _build(Config, raw, where="")
+        _check_ranges(cfg)
+        _check(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
     return cfg
 
 
@@ -279,15 +303,34 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _key(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _show(value: Any) -> str:
+    """A value as the error line shows it (sections are not spelled out)."""
+    text = "{...}" if isinstance(value, dict) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fail(key: str, value: Any, what: str) -> NoReturn:
+    raise ConfigError(f"{key} = {_show(value)}: {what}")
+
+
+def _did_you_mean(word: str, choices: list[str], where: str = "") -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {_key(where, close[0])}?" if close else ""
+
+
 def _build(cls: type, raw: Any, where: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        _fail(where or "(whole file)", raw, "expected a mapping of keys to values")
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(raw) - set(names))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {names}")
-    values = {name: _coerce(hints[name], raw[name], f"{where}.{name}") for name in raw}
+    for name in sorted(set(raw) - set(names), key=str):
+        hint = _did_you_mean(str(name), names, where) or f"; valid keys: {', '.join(names)}"
+        _fail(_key(where, str(name)), raw[name], "unknown key" + hint)
+    values = {name: _coerce(hints[name], raw[name], _key(where, name)) for name in raw}
     return cls(**values)
 
 
@@ -298,16 +341,17 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(hint)
         if value not in choices:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(choices)}")
+            near = _did_you_mean(str(value), [str(c) for c in choices])
+            _fail(where, value, f"must be one of {', '.join(map(str, choices))}{near}")
         return value
     if origin is tuple:
         args = typing.get_args(hint)
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            _fail(where, value, "expected a list")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
-            raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
+            _fail(where, value, f"expected a list of {len(args)} values")
         return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if origin in (typing.Union, types.UnionType):
         return value
@@ -315,49 +359,55 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         return float(value)
     if hint in (int, float, str, bool):
         if type(value) is not hint:
-            raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+            _fail(where, value, f"expected {'a number' if hint is float else hint.__name__}")
         return value
     raise ConfigError(f"{where}: unsupported type {hint}")
 
 
+def _check_ranges(cfg: Config) -> None:
+    """Every numeric parameter within its RANGES interval (list parameters element-wise)."""
+    values = flatten(as_dict(cfg))
+    for key, interval in RANGES.items():
+        value = values[key]
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue  # a non-number (e.g. "auto") is the type checker's business
+            problem = in_range(item, interval)
+            if problem:
+                _fail(key + (f"[{i}]" if isinstance(value, list) else ""), item, problem)
+
+
 def _check(cfg: Config) -> None:
-    """Cross-field rules."""
+    """Cross-field rules (each field is already within its range)."""
     tok, data, dec, tr = cfg.tokenizer, cfg.data, cfg.decode, cfg.train
-    ids = (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id)
-    if len(set(ids)) != 4 or min(ids) < 0:
-        raise ConfigError(f"tokenizer: pad/unk/bos/eos ids must be distinct and >= 0, got {ids}")
-    if not 0 <= data.dev_fraction and 0 <= data.test_fraction:
-        raise ConfigError("data: dev_fraction and test_fraction must be >= 0")
+    ids = [tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id]
+    if len(set(ids)) != 4:
+        _fail("tokenizer.pad_id/unk_id/bos_id/eos_id", ids, "must be distinct")
     if data.dev_fraction + data.test_fraction >= 1:
-        raise ConfigError("data: dev_fraction + test_fraction must be < 1")
+        raise ConfigError(f"data.dev_fraction + data.test_fraction = {data.dev_fraction} + "
+                          f"{data.test_fraction}: must be < 1")
     if data.source != "cmudict" and not data.path:
-        raise ConfigError(f"data.path: required when data.source is {data.source!r}")
+        _fail("data.path", data.path, f"required when data.source is {data.source}")
     if dec.n_best > dec.beam_size and dec.strategy == "beam":
-        raise ConfigError(f"decode: n_best ({dec.n_best}) must be <= beam_size ({dec.beam_size})")
-    if not 0 < dec.top_p <= 1:
-        raise ConfigError(f"decode.top_p: must be in (0, 1], got {dec.top_p}")
-    if dec.temperature <= 0:
-        raise ConfigError(f"decode.temperature: must be > 0, got {dec.temperature}")
+        _fail("decode.n_best", dec.n_best, f"must be <= decode.beam_size ({dec.beam_size})")
     if dec.min_len >= dec.max_len:
-        raise ConfigError(f"decode: min_len ({dec.min_len}) must be < max_len ({dec.max_len})")
-    if not 0 <= cfg.sequence.label_smoothing < 1:
-        raise ConfigError("sequence.label_smoothing: must be in [0, 1)")
-    if tr.batch_size < 1 or tr.accum_steps < 1 or tr.max_steps < 1:
-        raise ConfigError("train: batch_size, accum_steps and max_steps must be >= 1")
-    if cfg.model.transformer.d_model % cfg.model.transformer.n_heads:
-        raise ConfigError("model.transformer: d_model must be divisible by n_heads")
+        _fail("decode.min_len", dec.min_len, f"must be < decode.max_len ({dec.max_len})")
+    tf = cfg.model.transformer
+    if tf.d_model % tf.n_heads:
+        _fail("model.transformer.d_model", tf.d_model,
+              f"must be divisible by model.transformer.n_heads ({tf.n_heads})")
     if list(cfg.evaluate.bucket_edges) != sorted(set(cfg.evaluate.bucket_edges)):
-        raise ConfigError("evaluate.bucket_edges: must be strictly increasing")
-    if tok.eos_id in dec.banned_tokens or min(dec.banned_tokens, default=0) < 0:
-        raise ConfigError(f"decode.banned_tokens: ids must be >= 0 and not EOS ({tok.eos_id})")
-    if min(dec.beam_size, dec.n_best) < 1 or min(dec.top_k, dec.min_len, dec.no_repeat_ngram) < 0:
-        raise ConfigError("decode: beam_size, n_best must be >= 1; top_k, min_len, "
-                          "no_repeat_ngram >= 0")
-    if tr.bptt_len < 1:
-        raise ConfigError("train.bptt_len: must be >= 1")
+        _fail("evaluate.bucket_edges", list(cfg.evaluate.bucket_edges),
+              "must be strictly increasing")
+    if tok.eos_id in dec.banned_tokens:
+        _fail("decode.banned_tokens", list(dec.banned_tokens),
+              f"must not contain tokenizer.eos_id ({tok.eos_id})")
+    if tr.ss_schedule == "exponential" and not tr.ss_k < 1:
+        _fail("train.ss_k", tr.ss_k, "must be in (0, 1) when train.ss_schedule is exponential")
     if cfg.task == "lm" and cfg.model.family == "transformer":
-        raise ConfigError("task lm: model.family must be gru or lstm (the stateful RNN LM)")
+        _fail("model.family", cfg.model.family,
+              "must be gru or lstm when task is lm (the stateful RNN LM)")
     if cfg.task == "lm" and tr.ss_schedule != "off":
-        raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
-    if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
-        raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")
+        _fail("train.ss_schedule", tr.ss_schedule,
+              "must be off when task is lm (no decoder inputs to mix)")

@@ -1,12 +1,17 @@
-"""params.yaml loading: unknown keys, types, choices and cross-field rules are rejected."""
+"""params.yaml loading: unknown keys, types, choices, ranges and cross-field rules are rejected,
+each with one line naming the key, the value and what it must be."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from pathlib import Path
 
 import pytest
 
-from seqcore.config import Config, ConfigError, config_from_dict, load_config
+from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
+from seqcore.config_ranges import RANGES, in_range
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,13 +23,106 @@ def test_repository_params_load() -> None:
 
 
 @pytest.mark.parametrize("raw, message", [
-    ({"train": {"max_stepz": 3}}, "unknown key"),
-    ({"decode": {"strategy": "nucleus"}}, r"not one of \['greedy', 'beam', 'sample'\]"),
-    ({"train": {"batch_size": "32"}}, "expected int"),
-    ({"decode": {"strategy": "beam", "beam_size": 2, "n_best": 3}}, "n_best"),
-    ({"tokenizer": {"pad_id": 3}}, "distinct"),
-    ({"data": {"source": "tsv"}}, "data.path"),
+    ({"train": {"max_stepz": 3}}, "train.max_stepz = 3: unknown key; did you mean "
+                                  "train.max_steps?"),
+    ({"trian": {"lr": 1.0}}, "trian = {...}: unknown key; did you mean train?"),
+    ({"decode": {"strategy": "nucleus"}}, "decode.strategy = 'nucleus': must be one of greedy, "
+                                          "beam, sample"),
+    ({"model": {"family": "tranformer"}}, "model.family = 'tranformer': must be one of "
+                                          "transformer, gru, lstm; did you mean transformer?"),
+    ({"train": {"batch_size": "32"}}, "train.batch_size = '32': expected int"),
+    ({"train": {"lr": "fast"}}, "train.lr = 'fast': expected a number"),
+    ({"train": {"betas": [0.9]}}, "train.betas = [0.9]: expected a list of 2 values"),
+    ({"decode": {"strategy": "beam", "beam_size": 2, "n_best": 3}},
+     "decode.n_best = 3: must be <= decode.beam_size (2)"),
+    ({"tokenizer": {"pad_id": 3}}, "tokenizer.pad_id/unk_id/bos_id/eos_id = [3, 1, 2, 3]: "
+                                   "must be distinct"),
+    ({"data": {"source": "tsv"}}, "data.path = '': required when data.source is tsv"),
+    ({"data": {"dev_fraction": 0.5, "test_fraction": 0.5}},
+     "data.dev_fraction + data.test_fraction = 0.5 + 0.5: must be < 1"),
+    ({"model": {"transformer": {"d_model": 130}}},
+     "model.transformer.d_model = 130: must be divisible by model.transformer.n_heads (4)"),
+    ({"decode": {"min_len": 40}}, "decode.min_len = 40: must be < decode.max_len (32)"),
+    ({"evaluate": {"bucket_edges": [4, 4]}}, "evaluate.bucket_edges = [4, 4]: must be "
+                                             "strictly increasing"),
+    ({"decode": {"banned_tokens": [3]}}, "decode.banned_tokens = [3]: must not contain "
+                                         "tokenizer.eos_id (3)"),
+    ({"train": {"ss_schedule": "exponential"}},
+     "train.ss_k = 1000.0: must be in (0, 1) when train.ss_schedule is exponential"),
+    ([1, 2], "(whole file) = [1, 2]: expected a mapping of keys to values"),
 ])
 def test_invalid_params_are_rejected_with_a_named_reason(raw: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError) as err:
         config_from_dict(raw)
+    assert str(err.value) == f"params: {message}"
+
+
+def _numeric_keys() -> set[str]:
+    """Dotted names of every int/float field (tuples of numbers included) of the config tree."""
+    keys: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in dataclasses.fields(cls):
+            hint = typing.get_type_hints(cls)[f.name]
+            args = set(typing.get_args(hint)) - {Ellipsis}
+            if dataclasses.is_dataclass(hint):
+                walk(hint, f"{prefix}{f.name}.")
+            elif hint in (int, float) or (typing.get_origin(hint) is tuple
+                                          and args and args <= {int, float}):
+                keys.add(prefix + f.name)
+
+    walk(Config, "")
+    return keys
+
+
+def test_every_numeric_parameter_has_a_range() -> None:
+    assert set(RANGES) == _numeric_keys()
+
+
+def _just_outside(interval: str, integer: bool) -> float:
+    """The nearest value below the lower end of ``interval`` (or above a finite upper end)."""
+    lo_open, lo = interval[0] == "(", float(interval[1:].split(",")[0])
+    if not lo_open:
+        return lo - 1 if integer else lo - 0.5
+    return lo  # an open end excludes the end itself
+
+
+@pytest.mark.parametrize("key", sorted(RANGES))
+def test_each_numeric_parameter_rejects_a_value_below_its_range(key: str) -> None:
+    default = flatten(as_dict(Config()))[key]
+    integer = isinstance(default[0] if isinstance(default, list) else default, int) \
+        if default != [] else True
+    bad = _just_outside(RANGES[key], integer)
+    bad = int(bad) if integer else float(bad)
+    section, *rest = key.split(".")
+    node: dict = {rest[-1]: [bad] * max(len(default), 1) if isinstance(default, list) else bad}
+    for part in reversed([section, *rest[:-1]]):
+        node = {part: node}
+    shown = f"{key}[0]" if isinstance(default, list) else key
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(node)
+    assert str(err.value) == f"params: {shown} = {bad!r}: {in_range(bad, RANGES[key])}"
+
+
+@pytest.mark.parametrize("value, interval, problem", [
+    (0.0, "(0, inf)", "must be > 0"), (1e-12, "(0, inf)", None),
+    (-1, "[0, inf)", "must be >= 0"), (0, "[0, inf)", None),
+    (1.0, "[0, 1)", "must be in [0, 1)"), (0.0, "[0, 1)", None),
+    (1.0, "(0, 1]", None), (0.0, "(0, 1]", "must be in (0, 1]"),
+    (math.inf, "[1, inf)", "must be a finite number"),
+    (math.nan, "(0, inf)", "must be a finite number"),
+])
+def test_interval_ends_are_open_or_closed_as_written(value: float, interval: str,
+                                                     problem: str | None) -> None:
+    assert in_range(value, interval) == problem
+
+
+def test_a_file_error_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "params.yaml"
+    bad.write_text("train:\n  lr: 1.0\n   warmup_steps: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(bad)
+    assert str(err.value) == (f"{bad}: not valid YAML at line 3, column 16: "
+                              "mapping values are not allowed here")
+    with pytest.raises(ConfigError, match=r"^\S+missing.yaml: cannot read \(No such file"):
+        load_config(tmp_path / "missing.yaml")

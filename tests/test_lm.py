@@ -173,6 +173,6 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
 def test_lm_task_needs_a_recurrent_model_and_no_scheduled_sampling() -> None:
     with pytest.raises(ConfigError, match="gru or lstm"):
         config_from_dict({"task": "lm"})
-    with pytest.raises(ConfigError, match="ss_schedule must be off"):
+    with pytest.raises(ConfigError, match="ss_schedule = 'linear': must be off"):
         config_from_dict({"task": "lm", "model": {"family": "gru"},
                           "train": {"ss_schedule": "linear"}})

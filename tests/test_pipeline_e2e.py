@@ -66,3 +66,69 @@ def test_changing_a_decode_parameter_reruns_only_decode_and_evaluate(tiny_repo: 
     out = dvc(tiny_repo, "repro")
     ran = {s for s in STAGES if f"Running stage '{s}'" in out}
     assert ran == {"decode", "evaluate"}
+
+
+def strict_json(path: Path) -> dict:
+    """Parse JSON refusing NaN/Infinity (which most JSON readers reject)."""
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{path}: bare {name} is not JSON")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_metrics_files_are_strict_json(tiny_repo: Path) -> None:
+    for name in ("reports/metrics.json", "reports/train_metrics.json",
+                 "predictions/test.header.json", "tokenizer/contract.json"):
+        strict_json(tiny_repo / name)
+
+
+def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", f"pipeline.{name}"], cwd=repo, env=env,
+                          capture_output=True, text=True)
+
+
+def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(tiny_repo: Path) -> None:
+    params = tiny_repo / "params.yaml"
+    good = params.read_text()
+    params.write_text(good.replace("  lr: 1.0\n", "  lr: 1.0\n  lrr: 0.5\n", 1))
+    res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}") or "dvc",
+                          "repro"], cwd=tiny_repo, capture_output=True, text=True)
+    params.write_text(good)
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?" in out
+    assert {s for s in STAGES if f"Running stage '{s}'" in out} == set()
+    assert "Traceback" not in out
+    assert "up to date" in dvc(tiny_repo, "status")
+
+
+def test_corrupt_best_checkpoint_falls_back_to_the_same_weights_on_rerun(tiny_repo: Path) -> None:
+    [best] = (tiny_repo / "checkpoints").glob("*/best.pt")
+    kept = {p: p.read_bytes() for p in (best, tiny_repo / "reports/train_log.csv",
+                                        tiny_repo / "models/model.pt")}
+    best.write_bytes(kept[best][: len(kept[best]) // 2])
+    res = stage(tiny_repo, "train")
+    for path, data in kept.items():
+        path.write_bytes(data)
+    assert res.returncode == 0, res.stderr
+    assert f"warning: skipping unusable checkpoint {best.relative_to(tiny_repo)}: sha256" \
+        in res.stderr
+    assert (tiny_repo / "models/model.pt").read_bytes() == kept[tiny_repo / "models/model.pt"]
+
+
+def test_a_model_file_that_is_not_weights_only_stops_decode_in_one_line(tiny_repo: Path) -> None:
+    model = tiny_repo / "models/model.pt"
+    sidecar = model.with_name("model.pt.sha256")
+    kept = {p: p.read_bytes() for p in (model, sidecar)}
+    import pickle  # noqa: PLC0415
+    model.write_bytes(pickle.dumps({"model": [1.0]}))
+    sidecar.write_text(__import__("hashlib").sha256(model.read_bytes()).hexdigest() + "\n")
+    res = stage(tiny_repo, "decode")
+    for path, data in kept.items():
+        path.write_bytes(data)
+    assert res.returncode == 1
+    assert res.stderr == (f"{model.relative_to(tiny_repo)}: not a weights-only checkpoint (it is "
+                          "a plain pickle or not a torch.save archive); refused, nothing was "
+                          "loaded\n")

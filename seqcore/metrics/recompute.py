@@ -15,6 +15,7 @@ from seqcore.decoding.predictions import read_predictions
 from seqcore.metrics.evaluation import (
     EvalSpec, evaluate_predictions, illegal_symbol_rule, prediction_metrics)
 from seqcore.metrics.failures import FailureRules
+from seqcore.metrics.nulls import null_undefined
 
 
 def eval_spec(cfg: Config) -> EvalSpec:
@@ -33,4 +34,4 @@ def recompute_metrics(predictions_path: str | Path, settings: Config) -> dict[st
         settings: the validated config (its ``evaluate`` section and ``task`` are used).
     """
     rows = read_predictions(Path(predictions_path))
-    return prediction_metrics(evaluate_predictions(rows, eval_spec(settings)))
+    return null_undefined(prediction_metrics(evaluate_predictions(rows, eval_spec(settings))))

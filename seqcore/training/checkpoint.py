@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import random
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +22,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqcore.errors import OneLineError
+
 SCHEMA_VERSION = 2  # 2: data cursor under "data" (feeds: bucket sampler or lm streams)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
 _PARTIAL = re.compile(r"^\..+\.tmp-\d+$")  # atomic_write's temporary name
+
+
+class UnusableCheckpoint(OneLineError, ValueError):
+    """A checkpoint or model file that cannot be used: missing hash, wrong hash, unreadable,
+    or not weights-only. Its message is one line naming the file."""
 
 
 class ContractMismatch(RuntimeError):
@@ -81,18 +90,47 @@ def save_blob(path: Path, payload: dict[str, Any]) -> str:
 
 
 def load_blob(path: Path) -> dict[str, Any]:
-    """Load a payload after checking its sha256 sidecar; never executes code from the file."""
-    data = path.read_bytes()
+    """Load a payload after checking its sha256 sidecar; never executes code from the file.
+
+    Raises:
+        UnusableCheckpoint: a missing sidecar, a hash mismatch, an unreadable file, or a
+            pickle a weights-only load refuses (one line, never suggesting to lift the check).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UnusableCheckpoint(f"{path}: cannot read ({err.strerror})") from None
     sidecar = path.with_name(path.name + ".sha256")
     if not sidecar.exists():
-        raise ValueError(f"{path}: missing {sidecar.name}")
+        raise UnusableCheckpoint(f"{path}: missing {sidecar.name}")
     expected = sidecar.read_text().strip()
     if _sha256(data) != expected:
-        raise ValueError(f"{path}: sha256 {_sha256(data)[:12]} != recorded {expected[:12]} "
-                         "(truncated or corrupted)")
+        raise UnusableCheckpoint(f"{path}: sha256 {_sha256(data)[:12]} != recorded "
+                                 f"{expected[:12]} (truncated or corrupted)")
     import io  # noqa: PLC0415
 
-    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols
+            warnings.simplefilter("ignore")
+            return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        raise UnusableCheckpoint(refusal_line(path, str(err))) from None
+    except Exception as err:  # noqa: BLE001 (zip, EOF, storage errors: all mean "unreadable")
+        first = str(err).split(". ")[0].splitlines()[0][:120] if str(err) else ""
+        raise UnusableCheckpoint(f"{path}: unreadable checkpoint ({type(err).__name__}: "
+                                 f"{first})") from None
+
+
+def refusal_line(path: Path, torch_message: str) -> str:
+    """One line for a file a weights-only load refused, naming the object it asked for.
+
+    torch's own text recommends ``weights_only=False``; that would run code from the file,
+    so the line says what the file is and stops there (issue 13).
+    """
+    found = re.search(r"GLOBAL ([\w.]+)", torch_message)
+    what = (f"it asks to rebuild the Python object {found[1]}" if found
+            else "it is a plain pickle or not a torch.save archive")
+    return f"{path}: not a weights-only checkpoint ({what}); refused, nothing was loaded"
 
 
 def rng_snapshot() -> dict[str, Any]:
@@ -169,6 +207,25 @@ class CheckpointDir:
         path = self.root / "best.pt"
         save_blob(path, payload)
         return path
+
+    def best_weights(self, best_step: int) -> Found | None:
+        """What ``select: best_dev`` exports: ``best.pt``, else the numbered checkpoint of
+        ``best_step`` (same weights), else None; each unusable file is reported with a warning
+        and skipped, like ``latest_good`` does (issue 13: a corrupt best.pt is no dead end)."""
+        skipped: list[str] = []
+        for path in (self.root / "best.pt", self.root / f"ckpt-{best_step:08d}.pt"):
+            if not path.exists():
+                continue
+            try:
+                payload = load_blob(path)
+            except UnusableCheckpoint as err:
+                skipped.append(str(err))
+            else:
+                if payload.get("schema") == SCHEMA_VERSION:
+                    return Found(path, payload, skipped)
+                skipped.append(f"{path}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
+            print(f"warning: skipping unusable checkpoint {skipped[-1]}", file=sys.stderr)
+        return None
 
     def latest_good(self) -> Found | None:
         """The newest checkpoint that verifies; reports each newer one that did not."""

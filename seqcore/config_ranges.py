@@ -1,0 +1,97 @@
+"""The valid range of every numeric parameter of params.yaml (seqcore.config checks them).
+
+Kept as one declarative table so a new parameter is one line here; a test fails when a
+numeric config field has no entry (tests/test_config.py). See docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+#: The valid range of every numeric parameter (dotted key), as an interval; "inf" is unbounded. A list
+#: parameter's range applies to each element. Checked on load before the cross-field rules;
+#: tests/test_config.py keeps the table complete (docs/configuration.md explains the rules).
+RANGES: dict[str, str] = {
+    "data.split_seed": "[0, inf)",
+    "data.dev_fraction": "[0, 1)",
+    "data.test_fraction": "[0, 1)",
+    "data.max_pairs": "[0, inf)",  # 0 = all
+    "tokenizer.src_vocab_size": "[1, inf)",
+    "tokenizer.tgt_vocab_size": "[1, inf)",
+    "tokenizer.character_coverage": "(0, 1]",
+    "tokenizer.pad_id": "[0, inf)",
+    "tokenizer.unk_id": "[0, inf)",
+    "tokenizer.bos_id": "[0, inf)",
+    "tokenizer.eos_id": "[0, inf)",
+    "sequence.max_src_len": "[1, inf)",
+    "sequence.max_tgt_len": "[1, inf)",
+    "sequence.label_smoothing": "[0, 1)",
+    "model.transformer.d_model": "[1, inf)",
+    "model.transformer.n_heads": "[1, inf)",
+    "model.transformer.enc_layers": "[1, inf)",
+    "model.transformer.dec_layers": "[1, inf)",
+    "model.transformer.d_ff": "[1, inf)",
+    "model.transformer.dropout": "[0, 1)",
+    "model.rnn.embed_dim": "[1, inf)",
+    "model.rnn.hidden": "[1, inf)",
+    "model.rnn.enc_layers": "[1, inf)",
+    "model.rnn.dec_layers": "[1, inf)",
+    "model.rnn.dropout": "[0, 1)",
+    "train.seed": "[0, inf)",
+    "train.batch_size": "[1, inf)",
+    "train.bucket_width": "[1, inf)",
+    "train.accum_steps": "[1, inf)",
+    "train.max_steps": "[1, inf)",
+    "train.lr": "(0, inf)",
+    "train.warmup_steps": "[0, inf)",
+    "train.betas": "[0, 1)",
+    "train.eps": "(0, inf)",
+    "train.weight_decay": "[0, inf)",
+    "train.clip_norm": "[0, inf)",  # 0 = no clipping
+    "train.max_consecutive_skips": "[1, inf)",
+    "train.eval_every": "[1, inf)",
+    "train.checkpoint_every": "[1, inf)",
+    "train.keep_last": "[1, inf)",
+    "train.log_every": "[1, inf)",
+    "train.threads": "[1, inf)",
+    "train.ss_k": "(0, inf)",
+    "train.ss_cap": "[0, 1]",
+    "train.bptt_len": "[1, inf)",
+    "decode.beam_size": "[1, inf)",
+    "decode.n_best": "[1, inf)",
+    "decode.alpha": "[0, inf)",
+    "decode.min_len": "[0, inf)",
+    "decode.max_len": "[1, inf)",
+    "decode.max_len_ratio": "[0, inf)",  # 0 = no source-relative cap
+    "decode.no_repeat_ngram": "[0, inf)",  # 0 = off
+    "decode.temperature": "(0, inf)",
+    "decode.top_k": "[0, inf)",  # 0 = off
+    "decode.top_p": "(0, 1]",
+    "decode.seed": "[0, inf)",
+    "decode.batch_size": "[1, inf)",
+    "decode.banned_tokens": "[0, inf)",
+    "evaluate.bucket_edges": "[1, inf)",
+    "evaluate.repeat_ngram": "[1, inf)",
+    "evaluate.repeat_times": "[2, inf)",
+    "evaluate.examples_per_failure": "[0, inf)",
+    "evaluate.prediction_sample": "[0, inf)",
+}
+
+_INTERVAL = re.compile(r"^([\[(])(-?[\d.e+-]+|-inf), *(-?[\d.e+-]+|inf)([\])])$")
+
+
+def in_range(value: float, interval: str) -> str | None:
+    """None if ``value`` lies in ``interval`` (e.g. "[0, 1)"), else what it must be."""
+    m = _INTERVAL.match(interval)
+    if m is None:
+        raise ValueError(f"bad interval {interval!r}")
+    if not math.isfinite(value):  # YAML's .nan / .inf
+        return "must be a finite number"
+    lo_open, lo, hi, hi_closed = m[1] == "(", float(m[2]), float(m[3]), m[4] == "]"
+    ok = (value > lo if lo_open else value >= lo) and (value <= hi if hi_closed else value < hi)
+    if ok:
+        return None
+    if hi == math.inf:
+        return f"must be {'>' if lo_open else '>='} {m[2]}"
+    return f"must be in {interval}"

@@ -1,0 +1,88 @@
+"""A bad params.yaml stops every stage at once: one line naming the key, the value and the
+valid choices or range, exit status 2, no traceback, and nothing written (issue 13).
+
+Each case runs a real stage as ``python -m pipeline.<stage>`` in an empty folder; the cases are
+spread over the stages (validate, fetch and prepare start fast; train imports torch) because
+every stage loads its config through the same ``pipeline.stage.load``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import merge
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def run_stage(stage: str, folder: Path, params_text: str) -> subprocess.CompletedProcess:
+    (folder / "params.yaml").write_text(params_text)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def with_overrides(overrides: dict) -> str:
+    return yaml.safe_dump(merge(PARAMS, overrides), sort_keys=False)
+
+
+def with_line_after(anchor: str, line: str) -> str:
+    text = (REPO / "params.yaml").read_text()
+    assert anchor in text
+    return text.replace(anchor, f"{anchor}\n{line}", 1)
+
+
+CASES = [
+    ("validate", with_overrides({"train": {"max_steps": "many"}}),
+     "params.yaml: train.max_steps = 'many': expected int"),
+    ("validate", with_overrides({"train": {"max_steps": -5}}),
+     "params.yaml: train.max_steps = -5: must be >= 1"),
+    ("validate", with_overrides({"model": {"family": "tranformer"}}),
+     "params.yaml: model.family = 'tranformer': must be one of transformer, gru, lstm; "
+     "did you mean transformer?"),
+    ("validate", with_overrides({"decode": {"strategy": "nucleus"}}),
+     "params.yaml: decode.strategy = 'nucleus': must be one of greedy, beam, sample"),
+    ("validate", with_overrides({"train": {"warmup_steps": -1}}),
+     "params.yaml: train.warmup_steps = -1: must be >= 0"),
+    ("validate", with_overrides({"train": {"clip_norm": -1.0}}),
+     "params.yaml: train.clip_norm = -1.0: must be >= 0"),
+    ("validate", with_overrides({"model": {"transformer": {"d_model": -8}}}),
+     "params.yaml: model.transformer.d_model = -8: must be >= 1"),
+    ("fetch", with_overrides({"model": {"transformer": {"dropout": 1.5}}}),
+     "params.yaml: model.transformer.dropout = 1.5: must be in [0, 1)"),
+    ("fetch", with_overrides({"data": {"test_fraction": -0.5}}),
+     "params.yaml: data.test_fraction = -0.5: must be in [0, 1)"),
+    ("fetch", with_line_after("  lr: 1.0", "  lrr: 0.5"),
+     "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?"),
+    ("prepare", "train:\n  lr: 1.0\n   lrr: 0.5\n",
+     "params.yaml: not valid YAML at line 3, column 7: mapping values are not allowed here"),
+    ("prepare", with_overrides({"model": {"transformer": {"d_model": 130}}}),
+     "params.yaml: model.transformer.d_model = 130: must be divisible by "
+     "model.transformer.n_heads (4)"),
+    ("train", with_overrides({"train": {"lr": -1.0}}),
+     "params.yaml: train.lr = -1.0: must be > 0"),
+]
+
+
+@pytest.mark.parametrize("stage, text, line", CASES,
+                         ids=[f"{c[0]}-{c[2].split(': ')[1].split(' =')[0]}" for c in CASES])
+def test_bad_config_stops_the_stage_with_one_line_and_status_2(
+    tmp_path: Path, stage: str, text: str, line: str,
+) -> None:
+    res = run_stage(stage, tmp_path, text)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == line + "\n"
+    assert "Traceback" not in res.stderr + res.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+def test_validate_stage_accepts_the_repository_params(tmp_path: Path) -> None:
+    res = run_stage("validate", tmp_path, (REPO / "params.yaml").read_text())
+    assert res.returncode == 0 and res.stderr == "[validate] params ok\n"

@@ -1,0 +1,78 @@
+"""Unusable checkpoints: a bad best.pt falls back with a warning; a pickle that is not
+weights-only is refused with one line that never suggests lifting the check (issue 13)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqcore.training.checkpoint import (
+    SCHEMA_VERSION, CheckpointDir, UnusableCheckpoint, load_blob, save_blob)
+
+
+def payload(step: int, value: float) -> dict:
+    return {"schema": SCHEMA_VERSION, "model": {"w": torch.full((2,), value)},
+            "state": {"step": step}}
+
+
+class _NotAllowed:
+    """An arbitrary class: a weights-only load must refuse to rebuild it."""
+
+
+def test_corrupt_best_falls_back_to_the_numbered_checkpoint_of_the_best_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=3)
+    for step in (3, 6):
+        ckpt.save(step, payload(step, float(step)))
+    best = ckpt.save_best(payload(3, 3.0))
+    assert ckpt.best_weights(3).path == best
+    best.write_bytes(best.read_bytes()[:100])  # truncated
+    found = ckpt.best_weights(3)
+    assert found.path.name == "ckpt-00000003.pt" and found.payload["model"]["w"][0] == 3.0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: skipping unusable checkpoint {best}: sha256 ")
+    assert err.endswith("(truncated or corrupted)\n") and err.count("\n") == 1
+
+
+def test_unusable_best_without_a_numbered_copy_gives_none_and_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=1)
+    best = ckpt.save_best({**payload(3, 3.0), "schema": SCHEMA_VERSION - 1})
+    assert ckpt.best_weights(3) is None
+    assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
+                                       f"schema {SCHEMA_VERSION - 1} != {SCHEMA_VERSION}\n")
+    best.with_name("best.pt.sha256").unlink()
+    assert ckpt.best_weights(3) is None
+    assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
+                                       "missing best.pt.sha256\n")
+
+
+def test_a_pickle_that_is_not_weights_only_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pt"
+    save_blob(path, {"x": torch.zeros(1), "obj": _NotAllowed()})
+    with pytest.raises(UnusableCheckpoint) as err:
+        load_blob(path)
+    assert str(err.value) == (f"{path}: not a weights-only checkpoint (it asks to rebuild the "
+                              f"Python object {__name__}._NotAllowed); refused, nothing was "
+                              "loaded")
+
+
+def test_a_plain_pickle_is_refused_in_one_line_without_suggesting_to_lift_the_check(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder,
+) -> None:
+    path = tmp_path / "plain.pt"
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    path.with_name("plain.pt.sha256").write_text(
+        __import__("hashlib").sha256(path.read_bytes()).hexdigest() + "\n")
+    with pytest.raises(UnusableCheckpoint) as err:
+        load_blob(path)
+    message = str(err.value)
+    assert message == (f"{path}: not a weights-only checkpoint (it is a plain pickle or not a "
+                       "torch.save archive); refused, nothing was loaded")
+    assert "weights_only=False" not in message and "\n" not in message
+    assert not recwarn.list  # torch's protocol warning is not passed on

@@ -1,0 +1,49 @@
+"""Strict JSON everywhere: an undefined metric is ``null`` with a reason, never a bare NaN, and
+the JSON writer refuses NaN outright (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pipeline.stage import write_json
+from seqcore.config import config_from_dict
+from seqcore.decoding.predictions import PredictionRow, write_predictions
+from seqcore.metrics.nulls import null_undefined
+from seqcore.metrics.recompute import recompute_metrics
+
+
+def one_token_rows() -> list[PredictionRow]:
+    """Single-token hypotheses: no bigram exists, so the repeated-bigram rate is 0 / 0."""
+    return [PredictionRow(str(i), str(i), f"w{i}", "AH", "<unk>", [1], ["<unk>"], -1.0, -1.0,
+                          1, True, []) for i in range(3)]
+
+
+def test_an_undefined_metric_is_null_with_a_reason(tmp_path: Path) -> None:
+    path = tmp_path / "test.jsonl"
+    write_predictions(one_token_rows(), path)
+    metrics = recompute_metrics(path, config_from_dict({}))
+    rep = metrics["failures"]["repeated_ngrams"]
+    assert rep == {"count": 0, "ngrams": 0, "rate": None, "rate_null_reason":
+                   "no hypothesis has an n-gram of evaluate.repeat_ngram tokens"}
+    json.dumps(metrics, allow_nan=False)  # nothing else is undefined or non-finite
+
+
+def test_nulls_keep_defined_values_and_name_each_undefined_one() -> None:
+    tree = {"test_perplexity": math.nan, "bleu": 12.5, "length_ratio": {"median": math.inf},
+            "edges": [1.0, math.nan], "n": 0, "ok": True, "s": "x"}
+    assert null_undefined(tree) == {
+        "test_perplexity": None, "test_perplexity_null_reason": "no target tokens to score",
+        "bleu": 12.5, "length_ratio": {"median": None,
+                                       "median_null_reason": "no examples in the split"},
+        "edges": [1.0, None], "n": 0, "ok": True, "s": "x"}
+
+
+def test_the_json_writer_refuses_nan(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        write_json(tmp_path / "m.json", {"x": math.nan})
+    write_json(tmp_path / "m.json", null_undefined({"x": math.nan}))
+    assert json.loads((tmp_path / "m.json").read_text())["x"] is None
