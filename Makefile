@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # DVC stages run `python -m pipeline.<stage>`: put the venv first on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro test audit install clean-venv
+.PHONY: repro test audit mutate install clean-venv
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ test: $(STAMP)
 # Check the current result end to end (see README "Audit and experiments").
 audit: $(STAMP)
 	python -m pipeline.audit
+
+# Break every contract rule and parameter wiring on purpose (tools/mutate.py); the tests
+# must catch each one (slow, not part of CI; see docs/rules.md).
+mutate: $(STAMP)
+	python tools/mutate.py
 
 clean-venv:
 	rm -rf $(VENV)

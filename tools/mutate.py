@@ -1,0 +1,335 @@
+"""Mutation check: break each contract rule and each parameter wiring on purpose, and see that
+the tests guarding it fail (`make mutate`; slow, not part of CI; issue 18).
+
+Each mutant is an exact-text edit of one file, applied to a temporary copy of the tree (the
+git-tracked and untracked, not ignored, files); the tests named for it run there with
+``python -m pytest -x``. A mutant is *caught* when those tests fail, *missed* when they pass.
+A mutant whose anchor text is not found exactly once is *stale* (the code drifted: update the
+mutant), and one whose tests cannot run is *broken*; both count as failures. Prints one line
+per mutant and the score; exits 1 unless every mutant is caught.
+
+    python tools/mutate.py            # all mutants
+    python tools/mutate.py -k clip    # mutants whose name contains "clip"
+    python tools/mutate.py --list     # names, files and tests, without running
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One rule-breaking edit: replace ``anchor`` (found exactly once) in ``file`` by ``edit``;
+    ``tests`` (pytest arguments) must then fail."""
+
+    name: str
+    file: str
+    anchor: str
+    edit: str
+    tests: tuple[str, ...]
+
+
+CALLSITES = "tests/test_callsites.py"
+LIVE = "tests/test_params_live.py"
+
+
+def live(*keys: str) -> str:
+    """The liveness cases of some parameters (a ``-k`` expression for test_params_live)."""
+    return " or ".join(f"[{k}]" for k in keys)
+
+
+MUTANTS: list[Mutant] = [
+    # -- README rule 1: the shift ------------------------------------------------------------
+    Mutant("shift: EOS is not a label", "seqcore/contract.py",
+           "labels = list(y) + ([ids.eos] if eos else [])", "labels = list(y) + []",
+           ("tests/test_contract.py",)),
+    Mutant("shift: decoder input without BOS", "seqcore/contract.py",
+           "rows_in.append(([ids.bos] + list(y))[: len(labels)])",
+           "rows_in.append((list(y) + [ids.eos])[: len(labels)])",
+           ("tests/test_contract.py",)),
+    Mutant("shift: PAD positions labelled", "seqcore/contract.py",
+           "labels_t = torch.full((len(targets), width), IGNORE_INDEX, dtype=torch.long)",
+           "labels_t = torch.full((len(targets), width), ids.pad, dtype=torch.long)",
+           ("tests/test_contract.py",)),
+    # -- rule 2: causal mask -----------------------------------------------------------------
+    Mutant("causal: diagonal hidden", "seqcore/contract.py",
+           "return torch.ones(size, size, dtype=torch.bool, device=device).tril()",
+           "return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1)",
+           ("tests/test_rules_masks.py", "tests/test_contract.py", "-k", "causal")),
+    Mutant("causal: future visible", "seqcore/contract.py",
+           "return torch.ones(size, size, dtype=torch.bool, device=device).tril()",
+           "return torch.ones(size, size, dtype=torch.bool, device=device).tril(1)",
+           ("tests/test_rules_masks.py", "-k", "causal")),
+    # -- rule 3: masks act on keys -----------------------------------------------------------
+    Mutant("masks: encoder self-attention reads PAD keys", "seqcore/models/transformer.py",
+           "mask = attention_mask(src_mask, src.shape[1], causal=False)",
+           "mask = attention_mask(torch.ones_like(src_mask), src.shape[1], causal=False)",
+           ("tests/test_rules_masks.py", "-k", "masks_act_on_keys")),
+    Mutant("masks: polarity flipped in masked_softmax", "seqcore/contract.py",
+           "return torch.softmax(scores.masked_fill(~allowed, -torch.inf), dim=-1)",
+           "return torch.softmax(scores.masked_fill(allowed, -torch.inf), dim=-1)",
+           ("tests/test_rules_masks.py", "-k", "masks_act_on_keys")),
+    # -- rule 4: cross-attention masks source PAD --------------------------------------------
+    Mutant("cross-attention: transformer reads source PAD", "seqcore/models/transformer.py",
+           "cross_mask = attention_mask(memory.mask, t, causal=False)",
+           "cross_mask = attention_mask(torch.ones_like(memory.mask), t, causal=False)",
+           ("tests/test_rules_models.py", "-k", "cross_attention")),
+    Mutant("cross-attention: rnn reads source PAD", "seqcore/models/rnn.py",
+           "return masked_softmax(scores, memory.mask[:, None, :])",
+           "return torch.softmax(scores, dim=-1)",
+           ("tests/test_rules_models.py", "-k", "cross_attention")),
+    # -- rule 5: RNN packing -----------------------------------------------------------------
+    Mutant("packing: rnn encoder runs over PAD", "seqcore/models/rnn.py",
+           "packed = pack_padded_sequence(emb, lengths.clamp(min=1).cpu(),",
+           "packed = pack_padded_sequence(emb, torch.full_like(lengths, emb.shape[1]).cpu(),",
+           ("tests/test_rules_models.py", "-k", "padding_invariance")),
+    Mutant("packing: PAD states not zeroed", "seqcore/models/rnn.py",
+           "states = states * src_mask[..., None]", "states = states * 1",
+           (CALLSITES, "-k", "empty_source")),
+    # -- rule 6: fully masked rows -----------------------------------------------------------
+    Mutant("fully masked rows: attention_mask leaves them closed", "seqcore/contract.py",
+           "    return mask | empty\n", "    return mask\n",
+           ("tests/test_rules_masks.py", "tests/test_contract.py", "-k", "fully_masked")),
+    Mutant("fully masked rows: masked_softmax leaves them closed", "seqcore/contract.py",
+           "allowed = allowed | ~allowed.any(dim=-1, keepdim=True)", "allowed = allowed",
+           ("tests/test_rules_masks.py", "-k", "fully_masked")),
+    # -- rule 7: loss ignores PAD, smoothing without PAD/BOS mass ----------------------------
+    Mutant("loss: smoothing puts mass on excluded ids", "seqcore/losses.py",
+           "allowed[list(excluded)] = False", "allowed[list(excluded)] = True",
+           ("tests/test_rules_loss.py", "-k", "smoothing")),
+    Mutant("loss: PAD positions counted", "seqcore/losses.py",
+           "return LossSum(total=total, nll=nll.sum(), tokens=int(valid.sum()),",
+           "return LossSum(total=total, nll=nll.sum(), tokens=labels.numel(),",
+           ("tests/test_rules_loss.py", "-k", "ignores_pad")),
+    Mutant("wiring: training feed smooths onto PAD and BOS", "seqcore/training/feeds.py",
+           "return sequence_loss(logits, batch.tf.labels, self.norm, self.smoothing,\n"
+           "                             (self.ids.pad, self.ids.bos))",
+           "return sequence_loss(logits, batch.tf.labels, self.norm, self.smoothing, ())",
+           (CALLSITES, "-k", "minimises")),
+    Mutant("wiring: lm feed smooths onto PAD and BOS", "seqcore/training/lm.py",
+           "out, self.carried = segment_loss(model, batch, state, self.norm, self.smoothing,\n"
+           "                                         (self.ids.pad, self.ids.bos))",
+           "out, self.carried = segment_loss(model, batch, state, self.norm, self.smoothing, ())",
+           (CALLSITES, "-k", "minimises")),
+    # -- rule 8: explicit normalisation, accumulation ----------------------------------------
+    Mutant("normalisation: sequence-mean averages per sequence twice", "seqcore/losses.py",
+           "total = (per_seq[has_tokens] / per_seq_tokens[has_tokens]).sum()",
+           "total = (per_seq[has_tokens] / per_seq_tokens[has_tokens]).mean()",
+           ("tests/test_rules_loss.py", "-k", "normalisation")),
+    Mutant("accumulation: each micro-batch divided by its own count", "seqcore/training/loop.py",
+           "self.scaler.scale(out.total / denominator).backward()",
+           "self.scaler.scale(out.total / max(feed.count(b), 1)).backward()",
+           (CALLSITES, "-k", "minimises")),
+    Mutant("wiring: sequence-mean counts tokens", "seqcore/training/feeds.py",
+           "return int(batch.tf.mask.any(1).sum())", "return batch.tokens",
+           (CALLSITES, "-k", "minimises")),
+    Mutant("wiring: feed ignores sequence.loss_norm", "seqcore/training/feeds.py",
+           "self.ids, self.norm, self.smoothing = ids, seq.loss_norm, seq.label_smoothing",
+           'self.ids, self.norm, self.smoothing = ids, "token-mean", seq.label_smoothing',
+           (CALLSITES, "-k", "minimises")),
+    Mutant("wiring: feed ignores sequence.label_smoothing", "seqcore/training/feeds.py",
+           "self.ids, self.norm, self.smoothing = ids, seq.loss_norm, seq.label_smoothing",
+           "self.ids, self.norm, self.smoothing = ids, seq.loss_norm, 0.1",
+           (CALLSITES, "-k", "minimises")),
+    Mutant("wiring: train.accum_steps ignored", "seqcore/training/loop.py",
+           "batches = [feed.draw() for _ in range(cfg.accum_steps)]",
+           "batches = [feed.draw() for _ in range(1)]",
+           (CALLSITES, "-k", "minimises")),
+    # -- rule 9: special ids from the tokenizer contract -------------------------------------
+    Mutant("special ids: hard-coded in the feed", "seqcore/training/feeds.py",
+           "(self.ids.pad, self.ids.bos))", "(0, 2))",
+           ("tests/test_rules_special_ids.py", CALLSITES, "-k", "special_ids or minimises")),
+    # -- rule 10: eval() is deterministic ----------------------------------------------------
+    Mutant("eval: attention dropout stays on", "seqcore/models/transformer.py",
+           "p = self.dropout if self.training else 0.0", "p = self.dropout",
+           ("tests/test_rules_models.py", "-k", "eval_is_deterministic")),
+    Mutant("eval: decoding allowed in train mode", "seqcore/decoding/search.py",
+           "    if model.training:\n        raise", "    if False:\n        raise",
+           ("tests/test_decoding.py", "-k", "eval_mode")),
+    # -- loop rules: unscale, finiteness, clipping -------------------------------------------
+    Mutant("AMP: clip before unscale", "seqcore/training/loop.py",
+           "        self.scaler.unscale_(self.opt)\n"
+           "        params = [p for p in self.model.parameters() if p.grad is not None]\n"
+           "        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf\n"
+           "        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, "
+           "error_if_nonfinite=False)\n",
+           "        params = [p for p in self.model.parameters() if p.grad is not None]\n"
+           "        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf\n"
+           "        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, "
+           "error_if_nonfinite=False)\n"
+           "        self.scaler.unscale_(self.opt)\n",
+           (CALLSITES, "-k", "unscale")),
+    Mutant("clipping: train.clip_norm ignored", "seqcore/training/loop.py",
+           "max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf",
+           "max_norm = math.inf",
+           ("tests/test_training_rules.py", "-k", "clipping")),
+    Mutant("skipping: non-finite steps taken", "seqcore/training/loop.py",
+           "        if math.isfinite(norm):\n", "        if True:\n",
+           ("tests/test_training_rules.py", "-k", "non_finite")),
+    # -- TBPTT -------------------------------------------------------------------------------
+    Mutant("TBPTT: state not detached", "seqcore/models/rnn_lm.py",
+           "return tuple(t.detach() for t in state)", "return tuple(state)",
+           ("tests/test_lm.py", "-k", "gradient_stops")),
+    Mutant("TBPTT: state never reset", "seqcore/models/rnn_lm.py",
+           "keep = (~reset).to(state[0].dtype)[None, :, None]",
+           "keep = torch.ones_like(reset).to(state[0].dtype)[None, :, None]",
+           ("tests/test_lm.py", "-k", "reset or zero_state")),
+    # -- beam stopping -----------------------------------------------------------------------
+    Mutant("beam: stops on the next-step bound only", "seqcore/decoding/beam.py",
+           "bound = torch.maximum(live / lp_next, live / lp_cap).amax(dim=1)",
+           "bound = (live / lp_next).amax(dim=1)",
+           ("tests/test_decoding.py", "-k", "exhaustive")),
+    Mutant("beam: stops before n_best are finished", "seqcore/decoding/beam.py",
+           "    return nth >= bound  #", "    return nth >= bound - 1e9  #",
+           ("tests/test_decoding.py", "-k", "exhaustive")),
+    # -- eval mode in the passes behind reported numbers (wiring) ----------------------------
+    Mutant("wiring: teacher-forced passes in train mode", "seqcore/training/batch.py",
+           "    model.eval()\n    device", "    device",
+           (CALLSITES, "-k", "dropout_off")),
+    Mutant("wiring: lm dev NLL in train mode", "seqcore/training/lm.py",
+           "    model.eval()\n    batcher", "    batcher",
+           (CALLSITES, "-k", "lm_dev")),
+    # -- decode parameters reach the search (wiring) -----------------------------------------
+    Mutant("wiring: make_decoder drops length_norm and alpha", "seqcore/decoding/factory.py",
+           "BeamSettings(cfg.beam_size, cfg.n_best, cfg.length_norm, cfg.alpha)",
+           "BeamSettings(cfg.beam_size, cfg.n_best)",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: make_decoder drops alpha", "seqcore/decoding/factory.py",
+           "BeamSettings(cfg.beam_size, cfg.n_best, cfg.length_norm, cfg.alpha)",
+           "BeamSettings(cfg.beam_size, cfg.n_best, cfg.length_norm)",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: make_decoder drops decode.seed", "seqcore/decoding/factory.py",
+           "SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)",
+           "SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p)",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: make_decoder drops top_k", "seqcore/decoding/factory.py",
+           "SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)",
+           "SamplingSettings(cfg.temperature, 0, cfg.top_p, cfg.seed)",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: make_decoder drops temperature", "seqcore/decoding/factory.py",
+           "SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)",
+           "SamplingSettings(1.0, cfg.top_k, cfg.top_p, cfg.seed)",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: the decoder ignores its beam settings", "seqcore/decoding/factory.py",
+           "return beam_search(model, src, mask, ids, caps, self.beam, self.masking,",
+           "return beam_search(model, src, mask, ids, caps, BeamSettings(), self.masking,",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: the decoder ignores max_len_ratio", "seqcore/decoding/factory.py",
+           "        if self.max_len_ratio > 0:\n", "        if False:\n",
+           (CALLSITES, "-k", "make_decoder")),
+    Mutant("wiring: make_decoder drops min_len", "seqcore/decoding/factory.py",
+           "return Masking(min_len=cfg.min_len, no_repeat_ngram=cfg.no_repeat_ngram,",
+           "return Masking(min_len=0, no_repeat_ngram=cfg.no_repeat_ngram,",
+           (CALLSITES, "-k", "make_decoder")),
+    # -- parameters reach the stages (tests/test_params_live.py) -----------------------------
+    Mutant("param: train.weight_decay not given to the optimiser", "seqcore/training/loop.py",
+           "eps=cfg.eps,\n                           weight_decay=cfg.weight_decay)",
+           "eps=cfg.eps)", (LIVE, "-k", live("train.weight_decay", "train.optimizer"))),
+    Mutant("param: scheduled sampling never on", "seqcore/training/loop.py",
+           "ss_prob = scheduled_sampling_probability(s.step, cfg.ss_schedule, cfg.ss_k, "
+           "cfg.ss_cap)", "ss_prob = 0.0",
+           (LIVE, "-k", live("train.ss_schedule"))),
+    Mutant("param: train.select ignored", "pipeline/train.py",
+           'if cfg.train.select == "best_dev" and best.exists():\n        setup.model',
+           "if best.exists():\n        setup.model",
+           (LIVE, "-k", live("train.select"))),
+    Mutant("param: evaluate.examples_per_failure ignored", "seqcore/metrics/recompute.py",
+           "FailureRules(ev.repeat_ngram, ev.repeat_times, ev.examples_per_failure)",
+           "FailureRules(ev.repeat_ngram, ev.repeat_times)",
+           (LIVE, "-k", live("evaluate.examples_per_failure"))),
+    Mutant("param: decode.length_norm dropped (stage level)", "seqcore/decoding/factory.py",
+           "BeamSettings(cfg.beam_size, cfg.n_best, cfg.length_norm, cfg.alpha)",
+           "BeamSettings(cfg.beam_size, cfg.n_best)",
+           (LIVE, "-k", live("decode.length_norm", "decode.alpha"))),
+    Mutant("param: decode.seed dropped (stage level)", "seqcore/decoding/factory.py",
+           "SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.seed)",
+           "SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p)",
+           (LIVE, "-k", live("decode.seed"))),
+    Mutant("param: tokenizer stage does not declare the loss settings it signs", "dvc.yaml",
+           "      - sequence.loss_norm\n      - sequence.label_smoothing\n"
+           "      - tokenizer.src_model_type",
+           "      - tokenizer.src_model_type",
+           (LIVE, "-k", live("sequence.label_smoothing", "sequence.loss_norm"))),
+]
+
+
+def tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    return [f.decode() for f in out if f and (REPO / f.decode()).is_file()]
+
+
+def copy_tree(dest: Path) -> None:
+    for name in tracked_files():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest / name)
+
+
+def run_tests(tree: Path, tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    return subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+
+
+def check(tree: Path, m: Mutant) -> str:
+    """caught, missed, stale or broken."""
+    path = tree / m.file
+    original = path.read_text(encoding="utf-8")
+    if original.count(m.anchor) != 1:
+        return f"stale ({original.count(m.anchor)} matches of the anchor in {m.file})"
+    path.write_text(original.replace(m.anchor, m.edit), encoding="utf-8")
+    try:
+        res = run_tests(tree, m.tests)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    # pytest exit codes: 0 all passed, 1 some failed; anything else = the tests did not run.
+    if res.returncode == 1:
+        failed = [ln for ln in res.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+        return "caught" + (f" by {failed[0].split()[1]}" if failed else "")
+    if res.returncode == 0:
+        return "missed"
+    return f"broken (pytest exit {res.returncode}: {res.stdout.strip().splitlines()[-1:]})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="", help="only mutants whose name contains this")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args()
+    mutants = [m for m in MUTANTS if args.k in m.name]
+    if args.list:
+        for m in mutants:
+            print(f"{m.name} | {m.file} | {' '.join(m.tests)}")
+        return
+    with tempfile.TemporaryDirectory(prefix="seqcore-mutate-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        probe = subprocess.run([sys.executable, "-c", "import seqcore; print(seqcore.__file__)"],
+                               cwd=tree, capture_output=True, text=True, check=True).stdout
+        if not Path(probe.strip()).resolve().is_relative_to(tree.resolve()):
+            sys.exit(f"the copy imports seqcore from {probe.strip()}, not from {tree}")
+        results = []
+        for m in mutants:
+            t0 = time.monotonic()
+            outcome = check(tree, m)
+            results.append(outcome)
+            print(f"{outcome.split()[0]:7s} {time.monotonic() - t0:5.1f}s  {m.name}\n"
+                  f"        {outcome}", flush=True)
+    caught = sum(r.startswith("caught") for r in results)
+    print(f"mutation score: {caught}/{len(results)} caught "
+          f"({100 * caught / max(len(results), 1):.0f}%)")
+    if caught != len(results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
