@@ -117,6 +117,12 @@ class Tokenizer:
         pieces = self._sp.encode(text, return_type="proto").pieces
         return sum(max(1, len(p.surface.strip())) if p.id == unk else 1 for p in pieces)
 
+    def unknown_spans(self, text: str) -> list[str]:
+        """The stretches of normalised ``text`` that encode to UNK, in order (may repeat)."""
+        unk = self._sp.unk_id()
+        return [p.surface.strip() for p in self._sp.encode(text, return_type="proto").pieces
+                if p.id == unk]
+
     def decode(self, ids: list[int]) -> str:
         """Text of token ids; special ids are dropped."""
         return self._sp.decode(list(ids))

@@ -77,17 +77,23 @@ def split_coverage(pairs: list[Pair], examples: list[Example], rejects: list[Rej
 
 def coverage_problems(coverage: dict[str, SplitCoverage], max_unk_rate: float,
                       max_drop_rate: float, min_rows: int) -> list[str]:
-    """One sentence per ceiling exceeded, naming the figure and the parameters to change."""
+    """One sentence per side or split over a ceiling, naming the figures and what to change."""
     out = []
+    for side in ("src", "tgt"):
+        stats = {split: c.src if side == "src" else c.tgt for split, c in coverage.items()}
+        over = [f"{split} {st.rate:.1%} ({st.unk_tokens}/{st.tokens} tokens, "
+                f"{st.rows_with_unk}/{st.rows} rows)"
+                for split, st in stats.items() if st.rate > max_unk_rate]
+        if not over:
+            continue
+        fix = (f"set tokenizer.{side}_model_type and tokenizer.{side}_vocab_size to suit this "
+               "side (auto chooses from the data) or raise tokenizer.character_coverage"
+               if stats["train"].rate > max_unk_rate else
+               "dev/test hold symbols never seen in train: add rows, use a subword model "
+               f"(tokenizer.{side}_model_type: char or bpe) or raise tokenizer.max_unk_rate")
+        out.append(f"{side} UNK rate {', '.join(over)} > tokenizer.max_unk_rate "
+                   f"{max_unk_rate}; {fix}")
     for split, c in coverage.items():
-        for side, stats in (("src", c.src), ("tgt", c.tgt)):
-            if stats.rate > max_unk_rate:
-                out.append(
-                    f"{split} {side}: {stats.unk_tokens} of {stats.tokens} tokens "
-                    f"({stats.rate:.1%}, in {stats.rows_with_unk} of {stats.rows} rows) are UNK "
-                    f"> tokenizer.max_unk_rate {max_unk_rate}; set tokenizer.{side}_model_type "
-                    f"and tokenizer.{side}_vocab_size to suit this side (auto chooses from the "
-                    "data) or raise tokenizer.character_coverage")
         if c.drop_rate > max_drop_rate:
             out.append(f"{split}: {c.dropped_for_length} of {c.read} rows "
                        f"({c.drop_rate:.1%}) dropped as over-long > sequence.max_drop_rate "
