@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[predict] {err}", file=sys.stderr)
         return 2
     lines = args.inputs or sys.stdin.read().splitlines()
+    if not lines:
+        print("[predict] no input: give inputs as arguments or one per line on stdin",
+              file=sys.stderr)
+        return 2
     model, meta = load_model(Path(cfg.paths.model))
     signature(cfg, "predict", meta["signature"], cfg.paths.model)
     trained = meta["training_contract"]
