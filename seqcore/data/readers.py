@@ -102,8 +102,9 @@ def read_pairs(
         seen.add((pair.source, pair.target))
         seen_ids.add(pair.id)
         result.pairs.append(pair)
+        sides = (("source", fields.source), ("target", fields.target))
         result.rejects += [Reject(name, lineno, f"{norm}-changed-{side}", text, "altered")
-                           for side, value in (("source", fields.source), ("target", fields.target))
+                           for side, value in sides
                            if normalize(value, norm, False) != normalize(value, "none", False)]
     return result
 
