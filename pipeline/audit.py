@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline.tracking import contract_params, param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
-from seqcore.config import Config, as_dict, config_from_dict, flatten, load_config
+from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
@@ -113,11 +113,11 @@ def find_run(cfg: Config, run_id: str | None) -> Any:
     client = mlflow.MlflowClient(tracking_uri=tracking_uri(cfg.mlflow.tracking_uri))
     if run_id:
         return client.get_run(run_id)
-    exp = client.get_experiment_by_name(cfg.mlflow.experiment)
+    exp = client.get_experiment_by_name(experiment_name(cfg))
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"],
                               max_results=1) if exp else []
     if not runs:
-        raise LookupError(f"no run in experiment {cfg.mlflow.experiment!r}")
+        raise LookupError(f"no run in experiment {experiment_name(cfg)!r}")
     return runs[0]
 
 

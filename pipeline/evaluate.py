@@ -64,8 +64,10 @@ def main() -> None:
     set_determinism(cfg.train.seed, cfg.train.threads)
     tf = teacher_forced(cfg, SpecialIds(**tc["special_ids"]))
     result = evaluate_predictions(read_predictions(pred_path), eval_spec(cfg), tf[split])
+    coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
     metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
                "tokenizer_tgt_sha256": tc["tgt"]["sha256"], **prediction_metrics(result),
+               "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header)

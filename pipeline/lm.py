@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipeline.stage import write_json
 from pipeline.tracking import log_or_keep, train_curve, tracking_uri
-from seqcore.config import Config, as_dict, flatten
+from seqcore.config import Config, as_dict, experiment_name, flatten
 from seqcore.hashing import sha256_file
 from seqcore.metrics.nulls import null_undefined
 from seqcore.training.setups import evaluate_lm, lm_documents
@@ -30,7 +30,7 @@ def evaluate_lm_stage(cfg: Config) -> None:
               "the `_tokens` denominators), with the RNN state carried across segments and "
               "with the state reset at every segment of `train.bptt_len` characters.", ""]
     Path(cfg.paths.report).write_text("\n".join(lines), encoding="utf-8")
-    record = {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": cfg.mlflow.experiment,
+    record = {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": experiment_name(cfg),
               "run_name": f"lm-{cfg.model.family}-bptt{cfg.train.bptt_len}",
               "params": {k: v for k, v in flatten(as_dict(cfg)).items()},
               "metrics": {k: v for k, v in metrics.items() if k in result["lm"]

@@ -26,6 +26,16 @@ def main() -> None:
                  "fix the row, or set data.bad_rows: skip to drop and list such rows")
     except ValueError as err:  # HeaderError, or a data.source that is not a parallel file
         sys.exit(f"[prepare] {err}")
+    # Dev picks the checkpoint and test is what evaluate scores: too few rows there and the
+    # run either dies late (sacrebleu on an empty split) or reports noise (issue 13). The lm
+    # task evaluates documents, not these pairs.
+    fractions = {"dev": d.dev_fraction, "test": d.test_fraction} if cfg.task != "lm" else {}
+    small = [f"{s} has {len(prepared.splits[s])} rows (data.{s}_fraction {f})"
+             for s, f in fractions.items() if len(prepared.splits[s]) < d.min_split_rows]
+    if small:
+        sys.exit(f"[prepare] {' and '.join(small)} of {sum(map(len, prepared.splits.values()))} "
+                 f"kept rows, fewer than data.min_split_rows {d.min_split_rows}; raise "
+                 "data.dev_fraction / data.test_fraction or add rows")
     out = Path(cfg.paths.prepared)
     out.mkdir(parents=True, exist_ok=True)
     hashes = {}

@@ -1,4 +1,5 @@
-"""Stage tokenizer: train SentencePiece on the train split, write the contract, encode splits."""
+"""Stage tokenizer: train SentencePiece on the train split, write the contract, encode splits,
+measure coverage (UNK rates, length drops) and stop when it is too poor to train on."""
 
 from __future__ import annotations
 
@@ -7,47 +8,59 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.stage import load, read_json, signature, write_json
+from seqcore.config import Config
 from seqcore.contract import SpecialIds
+from seqcore.data.coverage import SplitCoverage, coverage_problems, split_coverage
 from seqcore.data.examples import encode_pairs, write_examples
-from seqcore.data.records import count_rejects, read_pairs_jsonl, write_rejects
+from seqcore.data.records import Pair, count_rejects, read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.signature import contract_signature
 from seqcore.tokenizer import (
-    BOS_PIECE, CONTRACT_FORMAT, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, TokenizerSettings,
-    check_special_ids, load_tokenizers, round_trip, side_contract, train_sentencepiece,
+    BOS_PIECE, CONTRACT_FORMAT, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, check_special_ids,
+    choose_settings, load_tokenizers, round_trip, side_contract, train_sentencepiece,
 )
 
+
+def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> dict:
+    """Train both sides (resolving ``auto`` settings) and write tokenizer/contract.json."""
+    t = cfg.tokenizer
+    ids = SpecialIds(pad=t.pad_id, unk=t.unk_id, bos=t.bos_id, eos=t.eos_id)
+    where = [f"{raw['label']}:{p.line}" for p in train]
+    texts = {"src": [p.source for p in train], "tgt": [p.target for p in train]}
+    out = Path(cfg.paths.tokenizer)
+    norm = {"form": cfg.data.normalization, "casefold": cfg.data.casefold}
+    if cfg.data.casefold_target:  # only when set, so a default contract keeps its bytes
+        norm["casefold_target"] = True
+    contract: dict = {"format": CONTRACT_FORMAT, "special_ids": asdict(ids),
+                      "special_pieces": [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE],
+                      "normalization": norm, "data_sha256": raw["sha256"], "round_trip": {}}
+    for side, model_type, vocab in (("src", t.src_model_type, t.src_vocab_size),
+                                    ("tgt", t.tgt_model_type, t.tgt_vocab_size)):
+        settings, chosen = choose_settings(texts[side], model_type, vocab, t.character_coverage)
+        if chosen:
+            print(f"[tokenizer] {side}: auto chose {chosen}", file=sys.stderr)
+        tok = Tokenizer(train_sentencepiece(texts[side], settings, ids, out / f"{side}.model"))
+        check_special_ids(tok, ids)
+        contract[side] = side_contract(tok, settings, f"{side}.model", chosen)
+        contract["round_trip"][side] = asdict(round_trip(tok, texts[side], where))
+    contract["signature"] = contract_signature(cfg, contract)
+    write_json(out / "contract.json", contract)
+    return contract
 
 
 def main() -> None:
     cfg = load(__doc__)
-    t, seq = cfg.tokenizer, cfg.sequence
-    ids = SpecialIds(pad=t.pad_id, unk=t.unk_id, bos=t.bos_id, eos=t.eos_id)
+    seq = cfg.sequence
     prepared = Path(cfg.paths.prepared)
     raw = read_json(prepared / "manifest.json")["raw"]
     splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
-    train = splits["train"]
-    where = [f"{raw['label']}:{p.line}" for p in train]
-    texts = {"src": [p.source for p in train], "tgt": [p.target for p in train]}
+    contract = train_tokenizers(cfg, splits["train"], raw)
     out = Path(cfg.paths.tokenizer)
-    contract: dict = {"format": CONTRACT_FORMAT, "special_ids": asdict(ids),
-                      "special_pieces": [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE],
-                      "normalization": {"form": cfg.data.normalization,
-                                        "casefold": cfg.data.casefold},
-                      "data_sha256": raw["sha256"], "round_trip": {}}
-    for side, model_type, vocab in (("src", t.src_model_type, t.src_vocab_size),
-                                    ("tgt", t.tgt_model_type, t.tgt_vocab_size)):
-        settings = TokenizerSettings(model_type, vocab, t.character_coverage)
-        tok = Tokenizer(train_sentencepiece(texts[side], settings, ids, out / f"{side}.model"))
-        check_special_ids(tok, ids)
-        contract[side] = side_contract(tok, settings, f"{side}.model")
-        contract["round_trip"][side] = asdict(round_trip(tok, texts[side], where))
-    contract["signature"] = contract_signature(cfg, contract)
-    write_json(out / "contract.json", contract)
     signature(cfg, "tokenizer", contract["signature"], str(out / "contract.json"))
     toks = load_tokenizers(out / "contract.json")  # what every later stage does
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}
+    coverage: dict[str, SplitCoverage] = {}
     for split, pairs in splits.items():
         examples, rej = encode_pairs(pairs, toks.src, toks.tgt, seq.max_src_len,
                                      seq.max_tgt_len, seq.overlong, raw["label"])
@@ -56,14 +69,26 @@ def main() -> None:
         counts[split] = {"read": len(pairs), "kept": len(examples),
                          "truncated_targets": sum(not e.has_eos for e in examples),
                          "rejects": count_rejects(rej)}
+        coverage[split] = split_coverage(pairs, examples, rej, toks.src, toks.tgt)
     write_rejects(Path(cfg.paths.length_rejects), rejects)
     write_json(encoded / "manifest.json", {
         "counts": counts, "rejects": count_rejects(rejects), "rejects_file":
         cfg.paths.length_rejects, "max_src_len": seq.max_src_len,
         "max_tgt_len": seq.max_tgt_len, "overlong": seq.overlong})
+    write_json(cfg.paths.coverage, {s: c.as_dict() for s, c in coverage.items()} | {
+        "tokenizer": {side: {k: contract[side][k] for k in ("model_type", "vocab_size")}
+                      for side in ("src", "tgt")}})
     failed = {s: contract["round_trip"][s]["failed"] for s in ("src", "tgt")}
+    rates = {s: {"src": f"{c.src.rate:.2%}", "tgt": f"{c.tgt.rate:.2%}"}
+             for s, c in coverage.items()}
     print(f"[tokenizer] src={toks.src.signature()} tgt={toks.tgt.signature()} "
-          f"round-trip failures={failed} {count_rejects(rejects)}", file=sys.stderr)
+          f"round-trip failures={failed} unk={rates} {count_rejects(rejects)}", file=sys.stderr)
+    # The lm task trains on documents, not on these encoded pairs: nothing to guard for it.
+    problems = [] if cfg.task == "lm" else coverage_problems(
+        coverage, cfg.tokenizer.max_unk_rate, seq.max_drop_rate, cfg.data.min_split_rows)
+    if problems:
+        sys.exit(f"[tokenizer] stopped: {' | '.join(problems)} (figures in {cfg.paths.coverage},"
+                 f" over-long rows in {cfg.paths.length_rejects})")
 
 
 if __name__ == "__main__":

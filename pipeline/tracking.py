@@ -20,7 +20,7 @@ from typing import Any
 
 from seqcore import __version__
 from seqcore.audit import upstream_lock_digest
-from seqcore.config import Config, as_dict, flatten
+from seqcore.config import Config, as_dict, experiment_name, flatten
 from seqcore.hashing import digest, sha256_file
 from seqcore.signature import SIGNATURE_FORMAT, derived_params
 
@@ -183,7 +183,7 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: dict[st
     # Text values of metrics.json (metric signatures, the split) are not metrics: keep them
     # as tags so nothing of metrics.json is dropped.
     texts = {f"metrics.{k}": v for k, v in flatten(metrics).items() if isinstance(v, str)}
-    return {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": cfg.mlflow.experiment,
+    return {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": experiment_name(cfg),
             "run_name": name, "params": contract_params(cfg, tc, sig), "metrics": numeric,
             "steps": train_curve(Path(cfg.paths.train_log)),
             "tags": texts | run_tags(cfg, sig, tc, header), "texts": run_texts(cfg, pred_path)}

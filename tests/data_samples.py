@@ -15,12 +15,12 @@ BAD_TSV_LINES: list[bytes] = [
     "z\t \u00a0\tg4".encode(),                   # 9 whitespace-only-target (NBSP)
     b"a\x07b\tX\tg4",                            # 10 control-chars-source (BEL)
     b"cat\tK AE T\tg1",                          # 11 duplicate
-    b"CAT\tk ae t\tg1",                          # 12 duplicate once case-folded
+    b"CAT\tK AE T\tg1",                          # 12 duplicate once the source is case-folded
     b"cat\tK AA T\tg1",                          # 13 kept: a variant of line 2
     b"",                                         # 14 blank-line (ignored)
     "a\u2581b\tX\tg4".encode(),                  # 15 reserved-char-source (SentencePiece's meta)
     b"<s> and </s>\t<pad> <unk>\tg5",            # 16 kept: spells special tokens
-    "\ufb01sh\tF IH SH SH\t".encode(),           # 17 kept: NFKC 'fish', empty group -> source
+    "\ufb01sh\tF IH SH SH\t".encode(),           # 17 kept: NFKC 'fish' (altered), group = source
 ]
 BAD_TSV = b"\n".join(BAD_TSV_LINES) + b"\n"
 
@@ -29,7 +29,7 @@ BAD_TSV_COUNTS = {
     "dropped": {"control-chars-source": 1, "duplicate": 2, "empty-source": 1, "empty-target": 1,
                 "invalid-utf8": 1, "reserved-char-source": 1, "whitespace-only-source": 1,
                 "whitespace-only-target": 1, "wrong-field-count": 1},
-    "altered": {"bom-stripped": 1, "crlf-stripped": 1},
+    "altered": {"bom-stripped": 1, "crlf-stripped": 1, "nfkc-changed-source": 1},
     "ignored": {"blank-line": 1},
 }
 #: (line, reason) of every dropped row, in file order.
@@ -47,7 +47,7 @@ BAD_JSONL_LINES = [
     '{"source": "a\\tb", "target": "y"}',                  # 6 control-chars-source (TAB)
     '{"source": "dog", "target": "D AO G", "id": "c1"}',   # 7 duplicate-id
     '{"source": "</s>", "target": "<unk>", "group": "s"}', # 8 kept
-    '{"source": "Cat", "target": "k ae t"}',               # 9 duplicate (case-folded)
+    '{"source": "Cat", "target": "K AE T"}',               # 9 duplicate (source case-folded)
     '{"source": "", "target": "y"}',                       # 10 empty-source
     '{"source": "y", "target": "\\u2581"}',                # 11 reserved-char-target
     '{"source": "y", "target": "\\u0000"}',                # 12 control-chars-target

@@ -68,7 +68,8 @@ def _numeric_keys() -> set[str]:
             if dataclasses.is_dataclass(hint):
                 walk(hint, f"{prefix}{f.name}.")
             elif hint in (int, float) or (typing.get_origin(hint) is tuple
-                                          and args and args <= {int, float}):
+                                          and args and args <= {int, float}) \
+                    or (typing.get_origin(hint) is typing.Union and args & {int, float}):
                 keys.add(prefix + f.name)
 
     walk(Config, "")

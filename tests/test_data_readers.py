@@ -27,11 +27,17 @@ def test_skip_policy_counts_every_bad_row_kind_exactly(tmp_path: Path) -> None:
     assert [p.line for p in res.pairs] == BAD_TSV_KEPT_LINES
 
 
-def test_kept_rows_are_normalised_and_grouped(tmp_path: Path) -> None:
+def test_kept_rows_are_normalised_and_grouped_and_targets_keep_their_case(
+    tmp_path: Path,
+) -> None:
     pairs = read_pairs(_write(tmp_path, BAD_TSV), "tsv", "skip", "nfkc", True).pairs
     got = [(p.source, p.target, p.group) for p in pairs]
-    assert got == [("cat", "k ae t", "g1"), ("dog", "d ao g", "g2"), ("cat", "k aa t", "g1"),
-                   ("<s> and </s>", "<pad> <unk>", "g5"), ("fish", "f ih sh sh", "fish")]
+    assert got == [("cat", "K AE T", "g1"), ("dog", "D AO G", "g2"), ("cat", "K AA T", "g1"),
+                   ("<s> and </s>", "<pad> <unk>", "g5"), ("fish", "F IH SH SH", "fish")]
+    folded = read_pairs(_write(tmp_path, BAD_TSV), "tsv", "skip", "nfkc", True,
+                        casefold_target=True).pairs
+    assert [p.target for p in folded] == ["k ae t", "d ao g", "k aa t", "<pad> <unk>",
+                                          "f ih sh sh"]
 
 
 def test_variants_without_a_group_column_share_the_normalised_source_as_group(
@@ -95,7 +101,7 @@ def test_jsonl_skip_policy_lists_every_bad_row(tmp_path: Path) -> None:
     assert [(r.line, r.reason) for r in res.rejects] == BAD_JSONL_DROPPED
     assert [p.line for p in res.pairs] == BAD_JSONL_KEPT_LINES
     assert [(p.id, p.source, p.target, p.group) for p in res.pairs] == [
-        ("c1", "cat", "k ae t", "cat"), ("user.jsonl:8", "</s>", "<unk>", "s")]
+        ("c1", "cat", "K AE T", "cat"), ("user.jsonl:8", "</s>", "<unk>", "s")]
 
 
 def test_jsonl_strict_policy_stops_at_the_first_bad_row(tmp_path: Path) -> None:

@@ -20,8 +20,10 @@ from tests.data_samples import BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED
 
 USER_PARAMS = {
     "task": "parallel",
+    "paths": {"raw": "data/raw/user.tsv"},
+    # Every row in train, so the split check is off (min_split_rows: 0; tests/test_own_data.py).
     "data": {"source": "tsv", "path": "data/external/user.tsv", "sha256": "",
-             "bad_rows": "skip", "dev_fraction": 0.0, "test_fraction": 0.0},
+             "bad_rows": "skip", "dev_fraction": 0.0, "test_fraction": 0.0, "min_split_rows": 0},
     "tokenizer": {"src_model_type": "char", "tgt_model_type": "word"},
     "sequence": {"max_src_len": 10, "max_tgt_len": 4, "overlong": "truncate"},
 }
@@ -50,7 +52,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_fetch_copies_the_users_file_and_prepare_pins_its_hash(work: Path) -> None:
     manifest = json.loads((work / "data/prepared/manifest.json").read_text())
-    assert (work / "data/raw/cmudict.dict").read_bytes() == BAD_TSV
+    assert (work / "data/raw/user.tsv").read_bytes() == BAD_TSV
     assert manifest["raw"]["sha256"] == hashlib.sha256(BAD_TSV).hexdigest()
     assert manifest["raw"]["label"] == "data/external/user.tsv"
 
@@ -132,7 +134,8 @@ def test_fetch_refuses_a_user_file_outside_the_tracked_external_folder(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "elsewhere.tsv").write_bytes(b"a\tb\n")
-    res = run_stage(tmp_path, "fetch", {"data": {"path": "elsewhere.tsv"}})
+    res = run_stage(tmp_path, "fetch", {"data": {"path": "elsewhere.tsv"},
+                                        "paths": {"raw": "data/raw/elsewhere.tsv"}})
     assert res.returncode != 0 and "outside data/external/" in res.stderr
 
 
@@ -143,4 +146,4 @@ def test_fetch_refuses_a_user_file_whose_sha256_differs_from_the_pinned_one(
     (tmp_path / "data/external/user.tsv").write_bytes(b"a\tb\n")
     res = run_stage(tmp_path, "fetch", {"data": {"sha256": "1" * 64}})
     assert res.returncode != 0 and "1" * 64 in res.stderr
-    assert not (tmp_path / "data/raw/cmudict.dict").exists()
+    assert not (tmp_path / "data/raw/user.tsv").exists()

@@ -79,6 +79,7 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
     ref = [r.reference.split() for r in rows]
     refs = {r.group: [x.reference.split() for x in rows if x.group == r.group] for r in rows}
     num = len(rows)
+    unk = sum(p == "\x1f<unk>" for r in rows for p in r.pieces)
     fr = [(best_matches(tuple(h + ["$"] * r.eos), tuple(f + ["$"])), len(f) + 1)
           for h, f, r in zip(hyp, ref, rows)]
     kinds = {"empty": [not h for h in hyp], "truncated": [not r.eos for r in rows],
@@ -117,6 +118,9 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
         "length_ratio": {"mean": sum(ratios) / num, "median": sorted(ratios)[num // 2],
                          "below_0.5": sum(x < 0.5 for x in ratios) / num,
                          "above_1.5": sum(x > 1.5 for x in ratios) / num},
+        "hypothesis_unk": {"unk_tokens": unk, "tokens": sum(len(r.pieces) for r in rows),
+                           "unk_rate": unk / sum(len(r.pieces) for r in rows),
+                           "rows_with_unk": sum("\x1f<unk>" in r.pieces for r in rows)},
     }
 
 

@@ -38,7 +38,9 @@ def encode_pairs(
 
     ``max_src`` counts source tokens (the source has no BOS/EOS). ``max_tgt`` counts EOS, so a
     kept target has at most ``max_tgt - 1`` tokens plus EOS; a truncated one keeps ``max_tgt``
-    tokens and no EOS (the model must not learn a fake end), so its labels still fit.
+    tokens and no EOS (the model must not learn a fake end), so its labels still fit. A UNK
+    counts once per character it stands for (``Tokenizer.limit_length``): the limit applies
+    to the text as given, not to what is left of it after unknown stretches collapse.
 
     Args:
         file: the raw file the pairs were read from (``Pair.line`` is a line of it).
@@ -51,7 +53,8 @@ def encode_pairs(
     rejects: list[Reject] = []
     for p in pairs:
         src, tgt = src_tok.encode(p.source), tgt_tok.encode(p.target)
-        long_src, long_tgt = len(src) > max_src, len(tgt) + 1 > max_tgt
+        long_src = src_tok.limit_length(p.source, src) > max_src
+        long_tgt = tgt_tok.limit_length(p.target, tgt) + 1 > max_tgt
         row = f"{p.source}\t{p.target}"
         if overlong == "drop" and (long_src or long_tgt):
             reason = "overlong-source" if long_src else "overlong-target"

@@ -53,7 +53,7 @@ def prepare_pairs(raw: Path, data: DataConfig, label: str | None = None) -> Prep
         HeaderError: a TSV header with unknown or repeated columns.
     """
     result = read_pairs(raw, input_format(data.source), data.bad_rows, data.normalization,
-                        data.casefold, data.keep_stress, label)
+                        data.casefold, data.keep_stress, label, data.casefold_target)
     pairs = result.pairs[: data.max_pairs] if data.max_pairs else result.pairs
     splits = assign_splits(pairs, data.split_seed, data.dev_fraction, data.test_fraction)
     return Prepared(splits, result.rejects, len(result.pairs))

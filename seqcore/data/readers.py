@@ -49,6 +49,7 @@ def read_pairs(
     casefold: bool,
     keep_stress: bool = False,
     label: str | None = None,
+    casefold_target: bool = False,
 ) -> ReadResult:
     """Read a parallel file into normalised pairs.
 
@@ -57,13 +58,15 @@ def read_pairs(
         fmt: cmudict (``word PH1 PH2 ... # comment``), tsv (``source<TAB>target``, or a header
             naming source, target and optionally id and group) or jsonl (same field names).
         policy: strict stops at the first bad row; skip drops it and records it.
-        norm, casefold: the text normalisation contract (CMUdict phones are never case-folded).
+        norm, casefold: the text normalisation contract; ``casefold`` folds the source.
+        casefold_target: fold the target too (CMUdict phones are never case-folded).
         keep_stress: CMUdict only: keep the ARPAbet stress digits.
         label: the file name written in rejects and errors (default ``path``).
 
     Returns:
         Kept pairs (group defaults to the normalised source, so variants share a split) and
-        every dropped, altered or ignored line.
+        every dropped, altered or ignored line; a kept row that Unicode normalisation
+        changed is listed as altered (``nfkc-changed-source`` and the like).
     """
     result = ReadResult()
     name = label or str(path)
@@ -88,7 +91,7 @@ def read_pairs(
         if reason is None:
             assert isinstance(fields, _Fields)
             src = normalize(fields.source, norm, casefold)
-            tgt = normalize(fields.target, norm, False if fmt == "cmudict" else casefold)
+            tgt = normalize(fields.target, norm, casefold_target and fmt != "cmudict")
             pair = Pair(fields.id or f"{Path(name).name}:{lineno}", src, tgt,
                         fields.group or src, lineno)
             reason = ("duplicate" if (src, tgt) in seen else
@@ -99,6 +102,10 @@ def read_pairs(
         seen.add((pair.source, pair.target))
         seen_ids.add(pair.id)
         result.pairs.append(pair)
+        sides = (("source", fields.source), ("target", fields.target))
+        result.rejects += [Reject(name, lineno, f"{norm}-changed-{side}", text, "altered")
+                           for side, value in sides
+                           if normalize(value, norm, False) != normalize(value, "none", False)]
     return result
 
 

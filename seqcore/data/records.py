@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,5 +113,12 @@ def write_rejects(path: Path, rejects: list[Reject]) -> None:
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("file\tline\taction\treason\ttext\n")
         for r in rejects:
-            text = r.text.replace("\\", "\\\\").replace("\t", "\\t").replace("\r", "\\r")
-            f.write(f"{r.file}\t{r.line}\t{r.action}\t{r.reason}\t{text}\n")
+            f.write(f"{r.file}\t{r.line}\t{r.action}\t{r.reason}\t{escape_text(r.text)}\n")
+
+
+def escape_text(text: str) -> str:
+    """A row as one printable TSV cell: backslash, TAB, CR and every other control character
+    (Unicode category Cc, e.g. BEL) are written as escapes (issue 13: no raw control bytes)."""
+    out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\r", "\\r")
+    return "".join(f"\\x{ord(ch):02x}" if unicodedata.category(ch) == "Cc" else ch
+                   for ch in out)

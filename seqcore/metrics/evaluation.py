@@ -18,6 +18,7 @@ from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats
 from seqcore.metrics.teacher import TeacherStats, nll_summary
+from seqcore.tokenizer import UNK_PIECE
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
     groups = ([{"group": g} | table(idx, False) for g, idx in sorted(by_group.items())]
               if spec.group_by == "group" else [])
     total = sum(stats, ErrorStats())
-    headline = total.scores() | {"examples": len(rows), "fr_accuracy_tokens": total.fr_tokens}
+    headline = total.scores() | {"examples": len(rows), "fr_accuracy_tokens": total.fr_tokens,
+                                 "hypothesis_unk": hypothesis_unk_rate(rows)}
     headline |= sacrebleu_scores([r.hypothesis for r in rows], [r.reference for r in rows])
     if teacher is not None:
         tf = nll_summary([teacher[r.id] for r in rows])
@@ -139,6 +141,14 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
                      "tf_accuracy_tokens": tf["ppl_denominator_tokens"],
                      "exposure_bias_gap": tf["tf_token_accuracy"] - headline["fr_token_accuracy"]}
     return Evaluation(headline, buckets, groups, failure_modes(rows, spec.rules, spec.illegal))
+
+
+def hypothesis_unk_rate(rows: list[PredictionRow]) -> dict[str, Any]:
+    """UNK pieces among the best hypotheses' tokens, with the count and the denominator."""
+    tokens = sum(len(r.pieces) for r in rows)
+    unk = sum(p == UNK_PIECE for r in rows for p in r.pieces)
+    return {"unk_tokens": unk, "tokens": tokens, "unk_rate": unk / tokens if tokens else 0.0,
+            "rows_with_unk": sum(UNK_PIECE in r.pieces for r in rows)}
 
 
 def prediction_metrics(ev: Evaluation) -> dict[str, Any]:
@@ -150,7 +160,8 @@ def prediction_metrics(ev: Evaluation) -> dict[str, Any]:
                                     "rate": ev.failures[k]["rate"]} for k in KINDS}
     failures["repeated_ngrams"] = dict(ev.failures["repeated_ngrams"])
     return {k: ev.headline[k] for k in keep} | {
-        "failures": failures, "length_ratio": dict(ev.failures["length_ratio"])}
+        "failures": failures, "length_ratio": dict(ev.failures["length_ratio"]),
+        "hypothesis_unk": dict(ev.headline["hypothesis_unk"])}
 
 
 def teacher_metrics(per_split: dict[str, list[TeacherStats]], ev: Evaluation) -> dict[str, Any]:

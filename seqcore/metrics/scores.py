@@ -17,6 +17,11 @@ from seqcore.metrics.edit import aligned_matches, levenshtein
 
 #: Stand-in for the end-of-sequence label in free-running alignments (never a text token).
 EOS_MARK = "\x00eos"
+#: What SentencePiece decodes a UNK id to (U+2047); in a hypothesis it is an unknown token.
+UNK_SURFACE = "\u2047"
+#: What a hypothesis UNK is compared as: a control character, which no reference can hold
+#: (the readers reject them), so a UNK never counts as correct (issue 13).
+UNK_MARK = "\x00"
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,13 @@ def error_stats(hypothesis: str, reference: str, eos: bool = True,
     """Statistics of one (hypothesis, reference) pair.
 
     Args:
-        hypothesis, reference: detokenised text; tokens are whitespace-separated.
+        hypothesis, reference: detokenised text; tokens are whitespace-separated. A UNK in the
+            hypothesis (U+2047) never matches anything, a ``⁇`` in a reference included.
         eos: whether the decoder produced EOS (a truncated output has none to align).
         references: every reference of the pair's group (multi-reference exact match);
             the pair's own reference always counts.
     """
+    hypothesis = hypothesis.replace(UNK_SURFACE, UNK_MARK)
     h, r = hypothesis.split(), reference.split()
     multi = h == r or any(h == other.split() for other in references)
     fr_h = h + ([EOS_MARK] if eos else [])

@@ -24,7 +24,8 @@ class TeacherStats:
     Attributes:
         nll: summed token NLL (nats) over label positions.
         tokens: label positions (target tokens + EOS).
-        correct: label positions where the argmax of the logits equals the label.
+        correct: label positions where the argmax of the logits equals the label and the
+            label is not UNK (predicting UNK for UNK is not knowing the token; issue 13).
     """
 
     nll: float
@@ -44,7 +45,7 @@ def teacher_forced_stats(
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
         safe = labels.masked_fill(~valid, 0)
         nll = -logp.gather(-1, safe[..., None])[..., 0] * valid  # (B, T)
-        hit = (logp.argmax(-1) == labels) & valid  # (B, T)
+        hit = (logp.argmax(-1) == labels) & valid & (labels != ids.unk)  # (B, T)
         for ex, s, n, c in zip(chunk, nll.sum(1).tolist(), valid.sum(1).tolist(),
                                hit.sum(1).tolist(), strict=True):
             out[ex.id] = TeacherStats(float(s), int(n), int(c))

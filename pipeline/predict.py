@@ -1,0 +1,87 @@
+"""Pronounce new words (or map any new source) with the trained model under its contract.
+
+    python -m pipeline.predict cat dog        # or: echo cat | python -m pipeline.predict
+
+Prints ``input<TAB>output`` per decodable line on stdout. A line that is empty, holds text the
+source tokenizer does not know, or is longer than the model was trained for, and an output
+with a UNK or without an end of sequence, is reported on stderr instead (one line each), and
+the exit status is 1: no answer is given that the model cannot stand behind (issue 13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from pipeline.stage import signature
+from seqcore.config import ConfigError, load_config
+from seqcore.data.examples import Example
+from seqcore.data.inputs import SourceInput, check_source
+from seqcore.decoding.factory import make_decoder
+from seqcore.decoding.predictions import decode_examples
+from seqcore.tokenizer import load_tokenizers
+from seqcore.training.loop import set_determinism
+from seqcore.training.model_file import load_model
+
+
+def output_problem(tokens: list[int], eos: bool, unk: int, max_len: int) -> str:
+    """Why a decoded output is not an answer ("" when it is)."""
+    if unk in tokens:
+        return "the model produced an unknown token"
+    if not eos:
+        return f"no end of sequence within decode.max_len {max_len}"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("inputs", nargs="*", help="inputs (default: one per line of stdin)")
+    parser.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.params)
+    except ConfigError as err:
+        print(f"[predict] {err}", file=sys.stderr)
+        return 2
+    lines = args.inputs or sys.stdin.read().splitlines()
+    if not lines:
+        print("[predict] no input: give inputs as arguments or one per line on stdin",
+              file=sys.stderr)
+        return 2
+    model, meta = load_model(Path(cfg.paths.model))
+    signature(cfg, "predict", meta["signature"], cfg.paths.model)
+    trained = meta["training_contract"]
+    toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
+        side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
+    checked = [check_source(line, toks.text, toks.src, trained["sequence.max_src_len"])
+               for line in lines]
+    good = [i for i, c in enumerate(checked) if not c.problem]
+    examples = [Example(str(i), str(i), checked[i].text, "", checked[i].ids, [], True)
+                for i in good]
+    set_determinism(cfg.decode.seed, cfg.train.threads)
+    with torch.inference_mode():
+        rows = decode_examples(model, examples, make_decoder(cfg.decode, toks.ids), toks.ids,
+                               toks.tgt, cfg.decode.batch_size)
+    answers = {int(r.id): (r.hypothesis, output_problem(r.tokens, r.eos, toks.ids.unk,
+                                                        cfg.decode.max_len)) for r in rows}
+    return report(checked, answers)
+
+
+def report(checked: list[SourceInput], answers: dict[int, tuple[str, str]]) -> int:
+    """Print answers to stdout and problems to stderr, in input order; 1 if any line failed."""
+    failed = 0
+    for i, c in enumerate(checked):
+        output, problem = answers.get(i, ("", c.problem))
+        if problem:
+            failed += 1
+            print(f"[predict] line {i + 1} {c.raw!r}: {problem}", file=sys.stderr)
+        else:
+            print(f"{c.raw}\t{output}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

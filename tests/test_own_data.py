@@ -1,0 +1,265 @@
+"""A user's own data and bad input: every guard stops with a message, nothing is lost or kept
+silently, and a UNK is never counted as correct (issue 13)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from seqcore.config import ConfigError, config_from_dict, experiment_name
+from seqcore.contract import SpecialIds
+from seqcore.data.coverage import SplitCoverage, UnkStats, coverage_problems
+from seqcore.data.examples import Example, encode_pairs
+from seqcore.data.inputs import check_source
+from seqcore.data.readers import read_pairs
+from seqcore.data.records import Pair, Reject, write_rejects
+from seqcore.decoding.predictions import PredictionRow
+from seqcore.metrics.evaluation import hypothesis_unk_rate
+from seqcore.metrics.scores import error_stats
+from seqcore.metrics.teacher import teacher_forced_stats
+from seqcore.tokenizer import (
+    UNK_PIECE, TextContract, Tokenizer, TokenizerSettings, choose_settings, train_sentencepiece)
+from tests.test_data_stages import run_stage
+
+IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)
+WORDS = ["cat", "act", "tact", "at", "cab", "bat", "tab", "abc"]
+
+
+def _char_tok(tmp_path: Path, texts: list[str] = WORDS) -> Tokenizer:
+    settings = TokenizerSettings("char", 40, 1.0)
+    return Tokenizer(train_sentencepiece(texts, settings, IDS, tmp_path / "src.model"))
+
+
+# --- a UNK is never correct ---------------------------------------------------------------
+
+def test_a_unk_in_a_hypothesis_never_matches_even_a_literal_unk_mark_in_the_reference() -> None:
+    s = error_stats("K \u2047 T", "K \u2047 T")
+    assert (s.exact, s.exact_multi, s.token_edits, s.char_edits) == (0, 0, 1, 1)
+    assert s.fr_matches == 3  # K, T and EOS of the 4 reference labels; never the UNK
+    assert error_stats("\u2047", "\u2047").exact == 0
+
+
+class _AlwaysPredicts(nn.Module):
+    """Oracle: logits that put all mass on one token at every position."""
+
+    def __init__(self, token: int, vocab: int = 6) -> None:
+        super().__init__()
+        self.token, self.vocab = token, vocab
+        self.anchor = nn.Parameter(torch.zeros(1))  # a device to read
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
+                ) -> torch.Tensor:
+        logits = torch.full((*tgt_in.shape, self.vocab), -9.0)  # (B, T, V)
+        logits[..., self.token] = 9.0
+        return logits
+
+
+def test_teacher_forced_accuracy_never_counts_a_unk_label_as_correct() -> None:
+    ex = [Example("a", "a", "x", "y", [4], [IDS.unk, IDS.unk], True)]
+    oracle: Any = _AlwaysPredicts(IDS.unk)  # duck-typed: only forward() is called
+    stats = teacher_forced_stats(oracle, ex, IDS, 4)["a"]
+    assert (stats.tokens, stats.correct) == (3, 0)
+    ex = [Example("b", "b", "x", "y", [4], [5, 5], True)]
+    oracle = _AlwaysPredicts(5)
+    assert teacher_forced_stats(oracle, ex, IDS, 4)["b"].correct == 2
+
+
+def test_metrics_report_the_hypotheses_unk_rate_with_its_denominator() -> None:
+    def row(pieces: list[str]) -> PredictionRow:
+        return PredictionRow("i", "g", "s", "r", "h", [], pieces, 0.0, 0.0, len(pieces), True, [])
+
+    got = hypothesis_unk_rate([row(["K", UNK_PIECE, "T"]), row(["A"])])
+    assert got == {"unk_tokens": 1, "tokens": 4, "unk_rate": 0.25, "rows_with_unk": 1}
+
+
+# --- coverage: auto settings, UNK ceiling, length ------------------------------------------
+
+def test_auto_chooses_char_for_words_and_word_for_a_symbol_inventory_and_says_so() -> None:
+    settings, note = choose_settings(["cat", "dog"], "auto", "auto", 1.0)
+    assert (settings.model_type, settings.vocab_size) == ("char", 6 + 4)
+    assert "char (no row has a space)" in note and "vocab_size 10" in note
+    settings, note = choose_settings(["K AE T", "D AO G"], "auto", "auto", 1.0)
+    assert (settings.model_type, settings.vocab_size) == ("word", 6 + 4)
+    many = [f"w{i} x{i}" for i in range(200)]
+    assert choose_settings(many, "auto", 64, 1.0)[0] == TokenizerSettings("bpe", 64, 1.0)
+    assert choose_settings(["a b"], "word", 44, 1.0) == (TokenizerSettings("word", 44, 1.0), "")
+
+
+def test_an_unknown_stretch_counts_one_token_per_character_against_the_length_limit(
+    tmp_path: Path,
+) -> None:
+    tok = _char_tok(tmp_path)
+    long_unknown = "\u00e9" * 300  # one UNK piece in a char model, 300 characters as given
+    assert tok.encode(long_unknown).count(IDS.unk) == len(tok.encode(long_unknown)) == 1
+    pairs = [Pair("1", "cat", "cat", "1", 1), Pair("2", long_unknown, "tab", "2", 2)]
+    kept, rejects = encode_pairs(pairs, tok, tok, 32, 32, "drop", "user.tsv")
+    assert [e.id for e in kept] == ["1"]
+    assert [(r.line, r.reason, r.action) for r in rejects] == [(2, "overlong-source",
+                                                                "dropped")]
+
+
+def _cov(split_rates: dict[str, tuple[int, int]], read: int = 20, dropped: int = 0
+         ) -> dict[str, SplitCoverage]:
+    ok = UnkStats(read, 0, 100, 0)
+    return {s: SplitCoverage(ok, UnkStats(read, unk, tokens, unk), read, read - dropped,
+                             dropped) for s, (unk, tokens) in split_rates.items()}
+
+
+def test_coverage_problems_name_the_figures_and_the_parameters_to_change() -> None:
+    (msg,) = coverage_problems(_cov({"train": (204, 268), "dev": (0, 10), "test": (0, 10)}),
+                               0.01, 0.05, 1)
+    assert "tgt UNK rate train 76.1% (204/268 tokens" in msg
+    assert "tokenizer.tgt_model_type" in msg and "tokenizer.max_unk_rate 0.01" in msg
+    (msg,) = coverage_problems(_cov({"train": (0, 268), "dev": (1, 10), "test": (0, 10)}),
+                               0.01, 0.05, 1)
+    assert "never seen in train" in msg and "raise tokenizer.max_unk_rate" in msg
+    msg, _ = coverage_problems(_cov({"train": (0, 9), "test": (0, 9)}, read=400, dropped=381),
+                               0.01, 0.05, 1)
+    assert msg.startswith("train: 381 of 400 rows (95.2%) dropped as over-long > "
+                          "sequence.max_drop_rate 0.05")
+    small = {"train": SplitCoverage(UnkStats(1, 0, 1, 0), UnkStats(1, 0, 1, 0), 9, 9, 0),
+             "test": SplitCoverage(UnkStats(1, 0, 1, 0), UnkStats(1, 0, 1, 0), 1, 1, 0)}
+    assert coverage_problems(small, 0.01, 0.05, 5) == [
+        "test: 1 rows left after the length limits < data.min_split_rows 5; raise "
+        "sequence.max_src_len / max_tgt_len"]
+
+
+# --- a new input at decode time ------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, problem", [
+    ("", "empty input"),
+    ("   ", "empty input"),
+    ("c\u00e1t\u00e9", "not in the source vocabulary: 'á', 'é'"),
+    ("cat" * 11, "33 tokens > sequence.max_src_len 32 the model was trained with"),
+    ("ca\x07t", "control-chars"),
+])
+def test_an_input_the_model_cannot_answer_gets_a_reason(tmp_path: Path, raw: str,
+                                                        problem: str) -> None:
+    got = check_source(raw, TextContract("nfkc", True), _char_tok(tmp_path), 32)
+    assert problem in got.problem and got.ids == []
+
+
+def test_a_decodable_input_is_normalised_like_the_training_data(tmp_path: Path) -> None:
+    tok = _char_tok(tmp_path)
+    got = check_source("\uff23AT", TextContract("nfkc", True), tok, 32)  # fullwidth C
+    assert (got.text, got.ids, got.problem) == ("cat", tok.encode("cat"), "")
+
+
+# --- user data stays the user's ------------------------------------------------------------
+
+def test_the_raw_snapshot_of_a_user_file_is_named_after_it() -> None:
+    with pytest.raises(ConfigError, match="set paths.raw: data/raw/p2g.tsv"):
+        config_from_dict({"data": {"source": "tsv", "path": "data/external/p2g.tsv"}})
+    cfg = config_from_dict({"data": {"source": "tsv", "path": "data/external/p2g.tsv"},
+                            "paths": {"raw": "data/raw/p2g.tsv"}})
+    assert cfg.paths.raw == "data/raw/p2g.tsv"
+    assert config_from_dict({}).paths.raw == "data/raw/cmudict.dict"
+
+
+def test_the_mlflow_experiment_is_named_after_the_task_and_the_data_unless_set() -> None:
+    assert experiment_name(config_from_dict({})) == "seqcore-g2p"
+    user = {"task": "parallel", "paths": {"raw": "data/raw/p2g.tsv"},
+            "data": {"source": "tsv", "path": "data/external/p2g.tsv"}}
+    assert experiment_name(config_from_dict(user)) == "seqcore-parallel-p2g"
+    assert experiment_name(config_from_dict(user | {"mlflow": {"experiment": "mine"}})) == "mine"
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"tokenizer": {"max_unk_rate": 1.5}}, "tokenizer.max_unk_rate: must be in"),
+    ({"sequence": {"max_drop_rate": -0.1}}, "sequence.max_drop_rate: must be in"),
+    ({"tokenizer": {"src_vocab_size": "big"}}, "tokenizer.src_vocab_size: must be auto"),
+    ({"tokenizer": {"tgt_vocab_size": 2}}, "tokenizer.tgt_vocab_size: must be auto"),
+    ({"data": {"min_split_rows": -1}}, "data.min_split_rows: must be >= 0"),
+])
+def test_the_new_coverage_params_have_ranges(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(raw)
+
+
+def test_targets_keep_their_case_unless_asked_and_nfkc_changes_are_recorded(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "user.tsv"
+    path.write_text("K AE T\tCat\nF IH SH\t\ufb01sh\n", encoding="utf-8")
+    res = read_pairs(path, "tsv", "skip", "nfkc", True)
+    assert [(p.source, p.target) for p in res.pairs] == [("k ae t", "Cat"), ("f ih sh", "fish")]
+    assert [(r.line, r.reason, r.action) for r in res.rejects] == [
+        (2, "nfkc-changed-target", "altered")]
+    folded = read_pairs(path, "tsv", "skip", "nfkc", False, casefold_target=True)
+    assert [(p.source, p.target) for p in folded.pairs] == [("K AE T", "cat"),
+                                                            ("F IH SH", "fish")]
+
+
+def test_the_rejects_report_escapes_control_bytes(tmp_path: Path) -> None:
+    out = tmp_path / "rejects.tsv"
+    write_rejects(out, [Reject("f", 1, "control-chars-source", "a\x07b\x1bc\td\\e")])
+    data = out.read_bytes()
+    assert data.splitlines()[1] == b"f\t1\tdropped\tcontrol-chars-source\ta\\x07b\\x1bc\\td\\\\e"
+    assert not any(b < 0x20 and b not in b"\t\n" for b in data)
+
+
+# --- stage-level guards (real stages, a tiny user TSV) -------------------------------------
+
+def _user_tsv(work: Path, rows: list[str]) -> None:
+    (work / "data/external").mkdir(parents=True, exist_ok=True)
+    (work / "data/external/user.tsv").write_text("".join(r + "\n" for r in rows))
+    assert run_stage(work, "fetch").returncode == 0
+
+
+SPLITTING = {"data": {"dev_fraction": 0.3, "test_fraction": 0.3, "min_split_rows": 1}}
+
+
+def test_prepare_stops_on_an_empty_test_split_naming_the_fractions(tmp_path: Path) -> None:
+    _user_tsv(tmp_path, [f"w{i}\tW {i}" for i in range(30)])
+    res = run_stage(tmp_path, "prepare", {"data": {"dev_fraction": 0.3, "test_fraction": 0.0,
+                                                   "min_split_rows": 1}})
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        "[prepare] test has 0 rows (data.test_fraction 0.0) of 30 kept rows, fewer than "
+        "data.min_split_rows 1; raise data.dev_fraction / data.test_fraction")
+    assert not (tmp_path / "data/prepared").exists()
+
+
+def test_a_mostly_unk_configuration_stops_at_the_tokenizer_stage(tmp_path: Path) -> None:
+    # Like P2G with the G2P tokenizer defaults: symbols to words, and a word model of at most
+    # 44 pieces for ~90 distinct training words.
+    _user_tsv(tmp_path, [f"{' '.join(format(i, '08b').replace('0', 'A').replace('1', 'B'))}"
+                         f"\tx{i:03d}" for i in range(150)])
+    assert run_stage(tmp_path, "prepare", SPLITTING).returncode == 0
+    res = run_stage(tmp_path, "tokenizer", SPLITTING | {"tokenizer": {
+        "src_model_type": "char", "src_vocab_size": 40, "tgt_model_type": "word",
+        "tgt_vocab_size": 44}})
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("[tokenizer] stopped: tgt UNK rate train ")
+    assert "set tokenizer.tgt_model_type and tokenizer.tgt_vocab_size" in last
+    coverage = json.loads((tmp_path / "reports/coverage.json").read_text())
+    assert coverage["train"]["tgt"]["unk_rate"] > 0.2 and coverage["train"]["src"]["unk_rate"] == 0
+    # the same data with auto settings passes, and the contract says what was chosen
+    res = run_stage(tmp_path, "tokenizer", SPLITTING | {"tokenizer": {
+        "tgt_model_type": "auto", "tgt_vocab_size": "auto"}})
+    assert res.returncode == 0, res.stderr
+    assert "[tokenizer] tgt: auto chose model_type char (no row has a space)" in res.stderr
+    contract = json.loads((tmp_path / "tokenizer/contract.json").read_text())
+    assert contract["tgt"]["model_type"] == "char" and "auto_chosen" in contract["tgt"]
+
+
+def test_rows_dropped_for_length_above_the_ceiling_stop_the_tokenizer_stage(
+    tmp_path: Path,
+) -> None:
+    _user_tsv(tmp_path, [f"{'abcdefgh'[: 2 + i % 6]}\tW {i}" for i in range(40)])
+    assert run_stage(tmp_path, "prepare", SPLITTING).returncode == 0
+    res = run_stage(tmp_path, "tokenizer", SPLITTING | {"sequence": {
+        "max_src_len": 3, "overlong": "drop"}})
+    assert res.returncode == 1
+    assert "dropped as over-long > sequence.max_drop_rate 0.05; raise sequence.max_src_len" \
+        in res.stderr
+    rejects = (tmp_path / "reports/length_rejects.tsv").read_text().splitlines()[1:]
+    coverage = json.loads((tmp_path / "reports/coverage.json").read_text())
+    assert len(rejects) == sum(coverage[s]["dropped_for_length"] for s in
+                               ("train", "dev", "test")) > 0  # every dropped row is listed

