@@ -319,7 +319,9 @@ def results(stage: str, cfg: Config) -> dict[str, str]:
             metrics.pop(echo, None)
         log = [",".join(row.split(",")[:-1]) for row in read(Path(p.train_log)).splitlines()]
         ckpts = sorted(x.name for x in Path(p.checkpoints).glob("*/*"))
+        best = [tensor_digest(load_blob(x)["model"]) for x in Path(p.checkpoints).glob("*/best.pt")]
         return {"weights": tensor_digest(load_blob(Path(p.model))["model"]), "log": "\n".join(log),
+                "best.pt": " ".join(best),
                 "metrics": json.dumps(metrics, sort_keys=True), "checkpoints": " ".join(ckpts)}
     if stage == "decode":
         return {"predictions": read(Path(p.predictions) / f"{cfg.decode.split}.jsonl")}
@@ -415,3 +417,11 @@ def test_parameter_is_live_at_the_stage_that_reads_it(workspace: Workspace, key:
     assert not isinstance(after, str), f"{key}={case.value!r}: {case.stage} failed: {after}"
     assert before != after, (f"{key}: {current!r} -> {case.value!r} (with {when}) changed "
                              f"nothing the {case.stage} stage writes: a dead parameter")
+
+
+def test_select_best_dev_writes_the_weights_of_the_best_checkpoint(workspace: Workspace) -> None:
+    when = {**STAGE_WHEN["train"], **LIVE["train.select"].when}  # dev NLL rises after its best
+    best_dev = workspace.run("train", when)
+    last = workspace.run("train", {**when, "train.select": "last"})
+    assert isinstance(best_dev, dict) and isinstance(last, dict)
+    assert best_dev["weights"] == best_dev["best.pt"] != last["weights"]
