@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.stage import load, read_json, signature, write_json
+from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import encode_pairs, write_examples
 from seqcore.data.records import count_rejects, read_pairs_jsonl, write_rejects
@@ -18,9 +19,8 @@ from seqcore.tokenizer import (
 )
 
 
-
-def main() -> None:
-    cfg = load(__doc__)
+def run(cfg: Config) -> None:
+    """Tokenizer models and contract, encoded splits and length rejects from prepared data."""
     t, seq = cfg.tokenizer, cfg.sequence
     ids = SpecialIds(pad=t.pad_id, unk=t.unk_id, bos=t.bos_id, eos=t.eos_id)
     prepared = Path(cfg.paths.prepared)
@@ -64,6 +64,10 @@ def main() -> None:
     failed = {s: contract["round_trip"][s]["failed"] for s in ("src", "tgt")}
     print(f"[tokenizer] src={toks.src.signature()} tgt={toks.tgt.signature()} "
           f"round-trip failures={failed} {count_rejects(rejects)}", file=sys.stderr)
+
+
+def main() -> None:
+    run(load(__doc__))
 
 
 if __name__ == "__main__":
