@@ -52,7 +52,9 @@ def tag_diffs(record: dict[str, Any], tags: dict[str, str], lock_sha: str | None
     except the run name.
     """
     want = {k: str(v) for k, v in record["tags"].items() if not k.startswith("env.")}
-    want["mlflow.runName"] = record["run_name"]
+    # A DVC experiment's run is named after it (pipeline.tracking.build_record).
+    exp = tags.get("dvc.exp.name")
+    want["mlflow.runName"] = record["run_name"] + (f"-{exp}" if exp else "")
     diffs = []
     for key in sorted(set(want) | {k for k in tags if not k.startswith(("mlflow.", "env."))}):
         have, expected = tags.get(key), want.get(key)
