@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.metadata
 import json
 import os
@@ -34,11 +35,6 @@ from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.signature import contract_signature, training_contract
 from seqcore.training.model_file import load_model
-
-#: Checks that need the tokenizer contract, predictions header, metrics and model file.
-DEPENDENT_CHECKS = ("contract", "counts", *(f"{s} redone" for s in R.REDERIVED),
-                    "training record", "environment")
-
 
 def dvc_status() -> list[str]:
     """``dvc status`` (in-process): every stage DVC itself considers changed."""
@@ -99,20 +95,13 @@ def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> No
     start = time.perf_counter()
     try:
         report.add(name, check())
-    except (OSError, KeyError, ValueError, TypeError, LookupError, RuntimeError) as err:
+    except Exception as err:  # noqa: BLE001 (whatever stops a check, it did not run: say so)
         report.not_run(name, f"could not run: {type(err).__name__}: {err}")
     report.seconds[name] = time.perf_counter() - start
 
 
 def _json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _read_inputs(cfg: Config, pred_path: Path) -> tuple[dict[str, Any], ...]:
-    """Tokenizer contract, predictions header, metrics and model meta (raises if unreadable)."""
-    return (_json(Path(cfg.paths.tokenizer) / "contract.json"),
-            _json(pred_path.with_suffix(".header.json")), _json(Path(cfg.paths.metrics)),
-            load_model(Path(cfg.paths.model))[1])
 
 
 def environment_diffs(meta: dict[str, Any], header: dict[str, Any], run: Any) -> list[str]:
@@ -137,34 +126,40 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
         if lock else ["dvc.lock missing"]))
     _run(report, "dvc status", dvc_status)
     pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
+    # Inputs are read when a check needs them: one that is missing or broken makes exactly
+    # the checks that need it NOT RUN.
+    tc = functools.cache(lambda: _json(Path(cfg.paths.tokenizer) / "contract.json"))
+    header = functools.cache(lambda: _json(pred_path.with_suffix(".header.json")))
+    metrics = functools.cache(lambda: _json(Path(cfg.paths.metrics)))
+    meta = functools.cache(lambda: load_model(Path(cfg.paths.model))[1])
+    _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), metrics()))
+    _run(report, "counts", lambda: R.count_diffs(cfg, header(), metrics()))
+    done: dict[str, Any] = {}
+    for stage in R.REDERIVED:
+        _run(report, f"{stage} redone",
+             lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
+    _run(report, "training record", lambda: R.training_diffs(cfg, meta()))
+    run = None
+    if use_mlflow:
+        try:
+            run = find_run(cfg, run_id)
+        except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
+            report.not_run("mlflow run", f"cannot read the run: {type(err).__name__}: {err}")
+        else:
+            _run(report, "mlflow run", lambda: mlflow_diffs(
+                cfg, run, expected_record(cfg, done), lock))
     try:
-        tc, header, metrics, meta = _read_inputs(cfg, pred_path)
-    except (OSError, ValueError, KeyError) as err:  # missing file, bad JSON, bad sidecar
-        reason = f"inputs unreadable: {type(err).__name__}: {err}"
-        for name in DEPENDENT_CHECKS + (("mlflow run",) if use_mlflow else ()):
-            report.not_run(name, reason)
-    else:
-        _run(report, "contract", lambda: contract_checks(cfg, tc, meta, header, metrics))
-        _run(report, "counts", lambda: R.count_diffs(cfg, header, metrics))
-        done: dict[str, Any] = {}
-        for stage in R.REDERIVED:
-            _run(report, f"{stage} redone",
-                 lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
-        _run(report, "training record", lambda: R.training_diffs(cfg, meta))
-        run = None
-        if use_mlflow:
-            try:
-                run = find_run(cfg, run_id)
-            except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
-                report.not_run("mlflow run", f"cannot read the run: {type(err).__name__}: {err}")
-            else:
-                _run(report, "mlflow run", lambda: mlflow_diffs(
-                    cfg, run, expected_record(cfg, done), lock))
-        report.warn("environment", environment_diffs(meta, header, run), strict_env)
+        report.warn("environment", environment_diffs(meta(), header(), run), strict_env)
+    except Exception as err:  # noqa: BLE001 (as in _run)
+        report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
     _run(report, "package versions",
          lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
     if rebuild:
         _run(report, "rebuild", lambda: rebuild_diffs(cfg, lock))
+        if report.checks["rebuild"] and report.status.get("environment") == A.WARNING:
+            report.checks["rebuild"].append(
+                "the environment differs from the recorded one (see 'environment'): the "
+                "model file and predictions header record it, so their bytes differ")
     return report
 
 
