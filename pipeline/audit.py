@@ -1,62 +1,52 @@
-"""Audit a pipeline result end to end: ``python -m pipeline.audit [--run-id ID]``.
+"""Audit a pipeline result end to end: ``python -m pipeline.audit [--run-id ID] [--rebuild]``.
 
-Checks, each printed as ``ok`` or ``MISMATCH`` with what differs (exit status 1 on any):
-dvc.lock hashes and params against the workspace, ``dvc status``, the contract signature and
-hashes across tokenizer / model file / predictions header / metrics.json, the metrics
-recomputed from the predictions, a sample re-decoded from the model, the MLflow run (by id,
-or the latest of the experiment) and the installed package versions against requirements.lock.
-The checks themselves live in seqcore.audit; this file gathers inputs (DVC, MLflow, files).
+Each check prints ``ok``, ``MISMATCH`` (both sides named), ``NOT RUN`` (an input is missing
+or unreadable; fails the audit) or ``WARNING`` (a different producing environment; fails
+under ``--strict-env``). The default checks redo everything cheap: dvc.lock against the
+workspace, ``dvc status``, the contract, counts, prepare / tokenizer / decode (whole split) /
+evaluate redone in a temporary folder and compared file by file, the training record against
+its checkpoints, the MLflow run compared whole, the environment and the package versions.
+``--rebuild`` re-runs the whole pipeline in a temporary copy (see pipeline/audit_rebuild.py).
+docs/audit.md lists the checks.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.metadata
 import json
 import os
-import shutil
-import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.tracking import contract_params, param_items, read_yaml12, tracking_uri
+from pipeline import audit_rederive as R
+from pipeline.audit_mlflow import find_run, mlflow_diffs
+from pipeline.audit_rebuild import rebuild_diffs
+from pipeline.tracking import build_record, read_yaml12
 from seqcore import audit as A
-from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
-from seqcore.contract import SpecialIds
-from seqcore.data.examples import read_examples
-from seqcore.decoding.factory import make_decoder
-from seqcore.metrics.recompute import recompute_metrics
+from seqcore.config import Config, as_dict, load_config
+from seqcore.environment import environment_diffs as environment_differences
+from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.signature import contract_signature, training_contract
-from seqcore.tokenizer import Tokenizer
-from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
 
-
 def dvc_status() -> list[str]:
-    """``dvc status --json``: every stage DVC itself considers changed."""
-    exe = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
-    res = subprocess.run([exe, "status", "--json"], capture_output=True, text=True,
-                         check=False)
-    if res.returncode != 0:
-        return [f"dvc status failed ({res.returncode}): {res.stderr.strip()[:300]}"]
-    status = json.loads(res.stdout or "{}")
-    return [f"dvc status: {stage}: {json.dumps(changes, sort_keys=True)[:300]}"
+    """``dvc status`` (in-process): every stage DVC itself considers changed."""
+    from dvc.repo import Repo  # noqa: PLC0415 (slow import)
+
+    repo = Repo(".")
+    try:
+        status = repo.status()
+    finally:
+        repo.close()
+    return [f"dvc status: {stage}: {json.dumps(changes, sort_keys=True)}"
             for stage, changes in sorted(status.items())]
-
-
-def recomputed_diffs(cfg: Config, pred_path: Path, metrics: dict[str, Any]) -> list[str]:
-    """Every metrics.json value that follows from the predictions alone, recomputed."""
-    again = flatten(recompute_metrics(pred_path, cfg))
-    stored = flatten(metrics)
-    nums = {k: v for k, v in again.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    texts = {k: v for k, v in again.items() if isinstance(v, str)}
-    where = str(cfg.paths.metrics)
-    return A.number_diffs(where, nums, stored) + A.text_diffs(where, texts, stored)
 
 
 def contract_checks(cfg: Config, tc: dict[str, Any], meta: dict[str, Any],
@@ -84,68 +74,12 @@ def contract_checks(cfg: Config, tc: dict[str, Any], meta: dict[str, Any],
         | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
     want = {k: json.dumps(v) for k, v in training_contract(cfg, tc).items()}
     have = {k: json.dumps(v) for k, v in meta["training_contract"].items()}
-    diffs += A.text_diffs("model meta training contract vs params", want, have)
-    diffs += A.text_diffs("predictions header decode settings vs params",
+    diffs += A.text_diffs("training contract", ("params + tokenizer contract", "model file meta"),
+                          want, have)
+    diffs += A.text_diffs("decode settings", ("params.yaml", "predictions header"),
                           {k: json.dumps(v) for k, v in as_dict(cfg.decode).items()},
                           {k: json.dumps(v) for k, v in header["decode"].items()})
     return diffs
-
-
-def redecode_checks(cfg: Config, tc: dict[str, Any], header: dict[str, Any],
-                    pred_path: Path, sample: int) -> list[str]:
-    """A sample decoded again from the model file gives byte-identical prediction lines."""
-    decode = config_from_dict({"decode": header["decode"]}).decode
-    model, _ = load_model(Path(cfg.paths.model))
-    ids = SpecialIds(**tc["special_ids"])
-    set_determinism(decode.seed, cfg.train.threads)
-    examples = read_examples(Path(cfg.paths.encoded) / f"{decode.split}.jsonl")
-    tgt_tok = Tokenizer(Path(cfg.paths.tokenizer) / tc["tgt"]["file"])
-    got = A.redecode_lines(model, examples, make_decoder(decode, ids), ids, tgt_tok,
-                           decode.batch_size, sample)
-    lines = pred_path.read_text(encoding="utf-8").splitlines()[: len(got)]
-    return A.line_diffs(str(pred_path), lines, got)
-
-
-def find_run(cfg: Config, run_id: str | None) -> Any:
-    """The MLflow run by id, or the latest run of the configured experiment."""
-    import mlflow  # noqa: PLC0415 (slow import)
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri(cfg.mlflow.tracking_uri))
-    if run_id:
-        return client.get_run(run_id)
-    exp = client.get_experiment_by_name(experiment_name(cfg))
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"],
-                              max_results=1) if exp else []
-    if not runs:
-        raise LookupError(f"no run in experiment {experiment_name(cfg)!r}")
-    return runs[0]
-
-
-def mlflow_checks(cfg: Config, tc: dict[str, Any], metrics: dict[str, Any],
-                  lock: dict[str, Any], run_id: str | None) -> list[str]:
-    """The MLflow run carries the same params, metrics and hashes as the files."""
-    pending = Path(cfg.paths.mlflow_pending)
-    diffs = [f"{pending} holds runs not yet logged: `python -m pipeline.tracking --replay`"
-             ] if pending.exists() else []
-    try:
-        run = find_run(cfg, run_id)
-    except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
-        return diffs + [f"cannot read the MLflow run: {type(err).__name__}: {err}"]
-    sig = contract_signature(cfg, tc)
-    want = dict(param_items(contract_params(cfg, tc, sig)))
-    got = run.data.params
-    diffs += A.text_diffs(f"run {run.info.run_id} param", want, got)
-    diffs += [f"run {run.info.run_id} param: {k} not in the current contract"
-              for k in sorted(set(got) - set(want))]
-    numeric = {k: v for k, v in flatten(metrics).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    diffs += A.number_diffs(f"run {run.info.run_id} metric", numeric, run.data.metrics)
-    model, contract = Path(cfg.paths.model), Path(cfg.paths.tokenizer) / "contract.json"
-    tags = {"contract.signature": sig, "data.sha256": tc["data_sha256"],
-            "tokenizer.contract.sha256": sha256_file(contract),
-            "model.sha256": sha256_file(model),
-            "dvc.lock.upstream.sha256": A.upstream_lock_digest(lock)}
-    return diffs + A.text_diffs(f"run {run.info.run_id} tag", tags, run.data.tags)
 
 
 def _installed(name: str) -> str | None:
@@ -156,19 +90,33 @@ def _installed(name: str) -> str | None:
 
 
 def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> None:
-    """Add a check's differences; a check that cannot run (missing or broken file) fails."""
+    """Add a check's differences; a check that cannot run (missing or broken input) is
+    NOT RUN, which fails the audit."""
+    start = time.perf_counter()
     try:
         report.add(name, check())
-    except (OSError, KeyError, ValueError, TypeError) as err:
-        report.add(name, [f"could not run: {type(err).__name__}: {err}"])
+    except Exception as err:  # noqa: BLE001 (whatever stops a check, it did not run: say so)
+        report.not_run(name, f"could not run: {type(err).__name__}: {err}")
+    report.seconds[name] = time.perf_counter() - start
 
 
 def _json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def audit(params: str = "params.yaml", run_id: str | None = None, sample: int = 32,
-          use_mlflow: bool = True) -> A.AuditReport:
+def environment_diffs(meta: dict[str, Any], header: dict[str, Any], run: Any) -> list[str]:
+    """The recorded producing environments against the one this audit runs in."""
+    now = producing_environment()
+    diffs = environment_differences("model file meta", meta.get("environment"), now)
+    diffs += environment_differences("predictions header", header.get("environment"), now)
+    if run is not None:
+        tags = {k[len("env."):]: v for k, v in run.data.tags.items() if k.startswith("env.")}
+        diffs += environment_differences(f"mlflow run {run.info.run_id} tags env.*", tags, now)
+    return diffs
+
+
+def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bool = True,
+          strict_env: bool = False, rebuild: bool = False) -> A.AuditReport:
     """Run every check in the current directory (a repository with a pipeline result)."""
     cfg = load_config(params)
     report = A.AuditReport()
@@ -178,38 +126,69 @@ def audit(params: str = "params.yaml", run_id: str | None = None, sample: int = 
         if lock else ["dvc.lock missing"]))
     _run(report, "dvc status", dvc_status)
     pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
+    # Inputs are read when a check needs them: one that is missing or broken makes exactly
+    # the checks that need it NOT RUN.
+    tc = functools.cache(lambda: _json(Path(cfg.paths.tokenizer) / "contract.json"))
+    header = functools.cache(lambda: _json(pred_path.with_suffix(".header.json")))
+    metrics = functools.cache(lambda: _json(Path(cfg.paths.metrics)))
+    meta = functools.cache(lambda: load_model(Path(cfg.paths.model))[1])
+    _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), metrics()))
+    _run(report, "counts", lambda: R.count_diffs(cfg, header(), metrics()))
+    done: dict[str, Any] = {}
+    for stage in R.REDERIVED:
+        _run(report, f"{stage} redone",
+             lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
+    _run(report, "training record", lambda: R.training_diffs(cfg, meta()))
+    run = None
+    if use_mlflow:
+        try:
+            run = find_run(cfg, run_id)
+        except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
+            report.not_run("mlflow run", f"cannot read the run: {type(err).__name__}: {err}")
+        else:
+            _run(report, "mlflow run", lambda: mlflow_diffs(
+                cfg, run, expected_record(cfg, done), lock))
     try:
-        tc = _json(Path(cfg.paths.tokenizer) / "contract.json")
-        header = _json(pred_path.with_suffix(".header.json"))
-        metrics = _json(Path(cfg.paths.metrics))
-        meta = load_model(Path(cfg.paths.model))[1]
-    except (OSError, ValueError) as err:  # missing file, bad JSON, model fails its sidecar
-        report.add("inputs readable", [f"{type(err).__name__}: {err}"])
-    else:
-        _run(report, "contract", lambda: contract_checks(cfg, tc, meta, header, metrics))
-        _run(report, "metrics recomputed from predictions",
-             lambda: recomputed_diffs(cfg, pred_path, metrics))
-        _run(report, "re-decoded sample",
-             lambda: redecode_checks(cfg, tc, header, pred_path, sample))
-        if use_mlflow:
-            _run(report, "mlflow run", lambda: mlflow_checks(cfg, tc, metrics, lock, run_id))
+        report.warn("environment", environment_diffs(meta(), header(), run), strict_env)
+    except Exception as err:  # noqa: BLE001 (as in _run)
+        report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
     _run(report, "package versions",
          lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
+    if rebuild:
+        _run(report, "rebuild", lambda: rebuild_diffs(cfg, lock))
+        if report.checks["rebuild"] and report.status.get("environment") == A.WARNING:
+            report.checks["rebuild"].append(
+                "the environment differs from the recorded one (see 'environment'): the "
+                "model file and predictions header record it, so their bytes differ")
     return report
+
+
+def expected_record(cfg: Config, done: dict[str, Any]) -> dict[str, Any]:
+    """The MLflow record the evaluate stage would log now, from the evaluation redone."""
+    if "evaluate" not in done:
+        raise LookupError("needs the evaluation redone (see 'evaluate redone')")
+    out = done["evaluate"]
+    return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--run-id", default=None, help="MLflow run (default: the latest)")
-    parser.add_argument("--sample", type=int, default=32, help="examples to re-decode")
     parser.add_argument("--no-mlflow", action="store_true", help="skip the MLflow check")
+    parser.add_argument("--strict-env", action="store_true",
+                        help="a different producing environment fails the audit")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="also re-run the whole pipeline in a temporary copy")
     parser.add_argument("--root", default=".", help="repository with the result")
     args = parser.parse_args()
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    start = time.perf_counter()
     with contextlib.chdir(args.root):
-        report = audit(args.params, args.run_id, args.sample, not args.no_mlflow)
+        report = audit(args.params, args.run_id, not args.no_mlflow, args.strict_env,
+                       args.rebuild)
     print(report.render())
+    print(f"audit took {time.perf_counter() - start:.1f} s")
     sys.exit(0 if report.ok else 1)
 
 

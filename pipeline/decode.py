@@ -12,6 +12,7 @@ from seqcore.config import Config, as_dict
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples, write_predictions
+from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tokenizer import load_tokenizers
 from seqcore.training.loop import set_determinism
@@ -29,8 +30,8 @@ def decode_lm(cfg: Config, out: Path) -> None:
     print("[decode] task lm: nothing to decode", file=sys.stderr)
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def run(cfg: Config) -> None:
+    """Decode the configured split into predictions/<split>.jsonl and its header."""
     if cfg.task == "lm":
         return decode_lm(cfg, Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl")
     model, meta = load_model(Path(cfg.paths.model))
@@ -56,8 +57,13 @@ def main() -> None:
     write_json(out.with_suffix(".header.json"), {
         "signature": sig, "decode": as_dict(cfg.decode), "model_sha256":
         sha256_file(Path(cfg.paths.model)), "tokenizer_sha256": {
-            "src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]}, "rows": len(rows)})
+            "src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]}, "rows": len(rows),
+        "environment": producing_environment().as_dict()})
     print(f"[decode] {len(rows)} {cfg.decode.split} examples -> {out}", file=sys.stderr)
+
+
+def main() -> None:
+    run(load(__doc__))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,18 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
         encoding="utf-8")
 
 
-def main() -> None:
-    cfg = load(__doc__)
-    if cfg.task == "lm":
-        return evaluate_lm_stage(cfg)
+@dataclass(frozen=True)
+class Evaluated:
+    """What the MLflow record is built from, besides the config."""
+
+    metrics: dict[str, Any]
+    signature: str
+    header: dict[str, Any]
+    pred_path: Path
+
+
+def run(cfg: Config) -> Evaluated:
+    """Every file this stage writes (metrics, buckets, details, report); no MLflow."""
     split = cfg.decode.split
     pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
     header = read_json(pred_path.with_suffix(".header.json"))
@@ -71,8 +80,15 @@ def main() -> None:
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header)
+    return Evaluated(metrics, sig, header, pred_path)
 
-    record = build_record(cfg, metrics, sig, header, pred_path)
+
+def main() -> None:
+    cfg = load(__doc__)
+    if cfg.task == "lm":
+        return evaluate_lm_stage(cfg)
+    out = run(cfg)
+    record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
     log_or_keep(record, Path(cfg.paths.mlflow_pending))
 
 

@@ -6,15 +6,15 @@ import sys
 from pathlib import Path
 
 from pipeline.stage import load, signature, write_json
-from seqcore.config import as_dict
+from seqcore.config import Config, as_dict
 from seqcore.data.prepare import prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def run(cfg: Config) -> None:
+    """Prepared splits, their manifest and the rejects file from the raw file."""
     d = cfg.data
     raw = Path(cfg.paths.raw)
     # Rejects name the user's own file (a byte copy of it, so the line numbers agree).
@@ -54,6 +54,10 @@ def main() -> None:
     write_json(out / "manifest.json", manifest)
     print(f"[prepare] {summary['rows']} rejects={summary['rejects']}", file=sys.stderr)
     signature(cfg, "prepare", upstream=False)
+
+
+def main() -> None:
+    run(load(__doc__))
 
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> dict:
     return contract
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def run(cfg: Config) -> None:
+    """Tokenizer models and contract, encoded splits and length rejects from prepared data."""
     seq = cfg.sequence
     prepared = Path(cfg.paths.prepared)
     raw = read_json(prepared / "manifest.json")["raw"]
@@ -89,6 +89,10 @@ def main() -> None:
     if problems:
         sys.exit(f"[tokenizer] stopped: {' | '.join(problems)} (figures in {cfg.paths.coverage},"
                  f" over-long rows in {cfg.paths.length_rejects})")
+
+
+def main() -> None:
+    run(load(__doc__))
 
 
 if __name__ == "__main__":

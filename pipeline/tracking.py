@@ -21,6 +21,7 @@ from typing import Any
 from seqcore import __version__
 from seqcore.audit import upstream_lock_digest
 from seqcore.config import Config, as_dict, experiment_name, flatten
+from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
 from seqcore.signature import SIGNATURE_FORMAT, derived_params
 
@@ -138,6 +139,11 @@ def read_yaml12(path: Path) -> Any:
     return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
 
 
+def env_tags(environment: dict[str, str]) -> dict[str, str]:
+    """The producing environment as MLflow tags ``env.<field>``."""
+    return {f"env.{k}": v for k, v in environment.items()}
+
+
 def run_tags(cfg: Config, sig: str, tc: dict[str, Any], header: dict[str, Any]) -> dict[str, str]:
     """Hashes that tie the run to its inputs (audit compares them with the files)."""
     lock = Path("dvc.lock")
@@ -148,7 +154,7 @@ def run_tags(cfg: Config, sig: str, tc: dict[str, Any], header: dict[str, Any]) 
                                                          "contract.json"),
             "dvc.lock.sha256": _sha256_or_none(lock), "dvc.lock.upstream.sha256": upstream,
             "model.sha256": header["model_sha256"], "seqcore.version": __version__,
-            **git_state(cfg)}
+            **git_state(cfg), **env_tags(producing_environment().as_dict())}
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp.name"] = os.environ["DVC_EXP_NAME"]
     return tags

@@ -16,6 +16,7 @@ from pathlib import Path
 from pipeline.stage import load, signature, tokenizer_contract, write_json
 from seqcore.config import Config
 from seqcore.data.examples import read_examples
+from seqcore.environment import producing_environment
 from seqcore.hashing import digest
 from seqcore.metrics.nulls import null_undefined
 from seqcore.training.checkpoint import CheckpointDir
@@ -73,7 +74,8 @@ def main() -> None:
     selected_step = best.payload["state"]["step"] if best is not None else state.step
     meta = {"signature": setup.signature, "step": state.step, "select": cfg.train.select,
             "selected_step": selected_step, "best_step": state.best_step,
-            "best_dev_nll": finite(state.best_dev), "training_contract": setup.contract}
+            "best_dev_nll": finite(state.best_dev), "training_contract": setup.contract,
+            "environment": producing_environment().as_dict()}
     sha = setup.save(Path(cfg.paths.model), meta)
     write_json(cfg.paths.train_metrics, null_undefined({
         "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,

@@ -1,4 +1,4 @@
-"""Audit checks that need neither DVC nor MLflow: hashes, contracts, metrics, re-decoding.
+"""Audit checks that need neither DVC nor MLflow: the report, lock hashes, contracts, values.
 
 Each check returns a list of human-readable differences; an empty list means it passed.
 ``pipeline/audit.py`` gathers the inputs (including ``dvc status`` and the MLflow run) and
@@ -19,28 +19,53 @@ from pathlib import Path
 from typing import Any
 
 
+OK, MISMATCH, NOT_RUN, WARNING = "ok", "MISMATCH", "NOT RUN", "WARNING"
+
+
 @dataclass
 class AuditReport:
-    """Differences per check, in the order the checks ran (empty list = passed)."""
+    """Per check, in the order the checks ran: its status and its lines.
+
+    MISMATCH and NOT RUN (a check that could not run) fail the audit; WARNING does not.
+    """
 
     checks: dict[str, list[str]] = field(default_factory=dict)
+    status: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, name: str, diffs: list[str]) -> None:
+        """A check that ran: ok when ``diffs`` is empty, else MISMATCH."""
         self.checks.setdefault(name, []).extend(diffs)
+        if self.status.get(name) != NOT_RUN:
+            self.status[name] = MISMATCH if self.checks[name] else OK
+
+    def not_run(self, name: str, reason: str) -> None:
+        """A check that could not run (a missing or unreadable input): the audit fails."""
+        self.checks.setdefault(name, []).append(reason)
+        self.status[name] = NOT_RUN
+
+    def warn(self, name: str, lines: list[str], strict: bool = False) -> None:
+        """Differences that fail the audit only when ``strict``."""
+        self.add(name, lines)
+        if lines and not strict:
+            self.status[name] = WARNING
 
     @property
     def ok(self) -> bool:
-        return not any(self.checks.values())
+        return not self.failed()
 
     def failed(self) -> list[str]:
-        return [name for name, diffs in self.checks.items() if diffs]
+        return [n for n, s in self.status.items() if s in (MISMATCH, NOT_RUN)]
 
     def render(self) -> str:
         lines = []
         for name, diffs in self.checks.items():
-            lines.append(f"{'MISMATCH' if diffs else 'ok':8s} {name}")
-            lines += [f"         - {d}" for d in diffs]
-        lines.append("audit: " + ("PASSED" if self.ok else f"FAILED ({', '.join(self.failed())})"))
+            took = f" ({self.seconds[name]:.1f} s)" if name in self.seconds else ""
+            lines.append(f"{self.status[name]:8s} {name}{took}")
+            lines += ["         - " + d.replace("\n", "\n           ") for d in diffs]
+        warned = [n for n, s in self.status.items() if s == WARNING]
+        lines.append("audit: " + ("PASSED" if self.ok else f"FAILED ({', '.join(self.failed())})")
+                     + (f" with warnings ({', '.join(warned)})" if warned else ""))
         return "\n".join(lines)
 
 
@@ -92,24 +117,43 @@ def dvc_md5(path: Path, ignore: tuple[list[str], list[str]] = ([], [])) -> str:
 
 
 def lock_hash_diffs(root: Path, lock: dict[str, Any]) -> list[str]:
-    """Every dependency and output md5 in a parsed dvc.lock against the files under ``root``."""
-    seen: dict[str, str] = {}
+    """Every dependency and output md5 in a parsed dvc.lock against the files under ``root``.
+
+    A path appears in several records (an out of one stage, a dep of the next): each record
+    is compared, so a stale record in any stage is found.
+    """
+    records: dict[str, list[tuple[str, str]]] = {}
     for stage, entry in lock.get("stages", {}).items():
         for kind in ("deps", "outs"):
             for item in entry.get(kind, []):
                 if "md5" in item:
-                    seen.setdefault(item["path"], f"{stage}.{kind}:{item['md5']}")
+                    records.setdefault(item["path"], []).append((f"{stage}.{kind}", item["md5"]))
     diffs, ignore = [], dvcignore_patterns(root)
-    for rel, where in sorted(seen.items()):
-        recorded = where.rsplit(":", 1)[1]
+    for rel, recs in sorted(records.items()):
         path = root / rel
-        if not path.exists():
-            diffs.append(f"{rel}: missing (dvc.lock {where.split(':')[0]} records {recorded})")
-            continue
-        got = dvc_md5(path, ignore)
-        if got != recorded:
-            diffs.append(f"{rel}: md5 {got} on disk != {recorded} in dvc.lock")
+        got = dvc_md5(path, ignore) if path.exists() else "missing"
+        diffs += [f"{rel}: workspace has md5 {got}, dvc.lock {where} records {recorded}"
+                  for where, recorded in recs if got != recorded]
     return diffs
+
+
+def stage_out_diffs(order: list[str], recorded: dict[str, Any],
+                    rebuilt: dict[str, Any]) -> list[str]:
+    """Every out md5 of ``recorded`` (a dvc.lock) against ``rebuilt``; the first line names
+    the first stage in ``order`` whose outs diverge."""
+    diffs: list[str] = []
+    first = None
+    for stage in order:
+        want = recorded.get("stages", {}).get(stage, {})
+        have = {o["path"]: o.get("md5") for o in
+                rebuilt.get("stages", {}).get(stage, {}).get("outs", [])}
+        for out in want.get("outs", []):
+            got = have.get(out["path"], "missing")
+            if got != out.get("md5"):
+                first = first or stage
+                diffs.append(f"{stage}: {out['path']}: rebuilt md5 {got}, dvc.lock records "
+                             f"{out.get('md5')}")
+    return ([f"first divergent stage: {first}"] if first else []) + diffs
 
 
 def lock_param_diffs(lock: dict[str, Any], params: dict[str, Any]) -> list[str]:
@@ -119,8 +163,8 @@ def lock_param_diffs(lock: dict[str, Any], params: dict[str, Any]) -> list[str]:
         for key, recorded in entry.get("params", {}).get("params.yaml", {}).items():
             got = lookup(params, key)
             if got != recorded:
-                diffs.append(f"{stage}: {key} = {got!r} in params.yaml != {recorded!r} "
-                             "in dvc.lock (changed without `dvc repro`)")
+                diffs.append(f"{stage}: {key}: params.yaml has {got!r}, dvc.lock records "
+                             f"{recorded!r} (changed without `dvc repro`)")
     return diffs
 
 
@@ -163,23 +207,23 @@ def tokenizer_file_diffs(tokenizer_dir: Path, contract: dict[str, Any],
         path = tokenizer_dir / contract[side]["file"]
         got = sha256(path) if path.exists() else "missing"
         if got != contract[side]["sha256"]:
-            diffs.append(f"tokenizer {side}: {path} sha256 {got[:12]} != contract "
-                         f"{contract[side]['sha256'][:12]}")
+            diffs.append(f"tokenizer {side}: file {path} has sha256 {got}, tokenizer contract "
+                         f"records {contract[side]['sha256']}")
     return diffs
 
 
 # --- metrics --------------------------------------------------------------------------------
 
-def number_diffs(what: str, expected: dict[str, Any], got: dict[str, Any],
-                 rel_tol: float = 1e-9) -> list[str]:
-    """Keys of ``expected`` whose numbers differ in ``got`` (NaN equals NaN; missing differs)."""
+def number_diffs(what: str, sides: tuple[str, str], expected: dict[str, Any],
+                 got: dict[str, Any], rel_tol: float = 1e-9) -> list[str]:
+    """Keys of ``expected`` (side 0) whose numbers differ in ``got`` (side 1); NaN equals NaN,
+    a missing key differs."""
     diffs = []
     for key, want in sorted(expected.items()):
         have = got.get(key)
-        if have is None:
-            diffs.append(f"{what}: {key} missing (expected {want!r})")
-        elif not _close(float(want), float(have), rel_tol):
-            diffs.append(f"{what}: {key} = {have!r} != {want!r}")
+        if have is None or not _close(float(want), float(have), rel_tol):
+            diffs.append(f"{what}: {key}: {sides[0]} has {want!r}, {sides[1]} has "
+                         f"{'nothing' if have is None else repr(have)}")
     return diffs
 
 
@@ -189,20 +233,12 @@ def _close(a: float, b: float, rel_tol: float) -> bool:
     return math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-12)
 
 
-def text_diffs(what: str, expected: dict[str, str], got: dict[str, str]) -> list[str]:
-    """Keys of ``expected`` whose strings differ in ``got``."""
-    return [f"{what}: {k} = {got.get(k)!r} != {v!r}" for k, v in sorted(expected.items())
-            if got.get(k) != v]
-
-
-def line_diffs(what: str, expected: list[str], got: list[str]) -> list[str]:
-    """Line-by-line byte comparison of two lists of lines (first three differences shown)."""
-    diffs = [f"{what}: line {i + 1} differs:\n             file:    {a[:200]}\n"
-             f"             redone:  {b[:200]}"
-             for i, (a, b) in enumerate(zip(expected, got)) if a != b]
-    if len(expected) < len(got):
-        diffs.append(f"{what}: file has {len(expected)} lines, re-decoding gave {len(got)}")
-    return diffs[:3] + ([f"{what}: ... {len(diffs) - 3} more"] if len(diffs) > 3 else [])
+def text_diffs(what: str, sides: tuple[str, str], expected: dict[str, str],
+               got: dict[str, str]) -> list[str]:
+    """Keys of ``expected`` (side 0) whose strings differ in ``got`` (side 1)."""
+    return [f"{what}: {k}: {sides[0]} has {v!r}, {sides[1]} has "
+            f"{'nothing' if k not in got else repr(got[k])}"
+            for k, v in sorted(expected.items()) if got.get(k) != v]
 
 
 # --- environment ----------------------------------------------------------------------------
@@ -224,32 +260,7 @@ def version_diffs(lock_text: str, installed: Callable[[str], str | None]) -> lis
         name, want = m.groups()
         have = installed(name)
         if have is None:
-            diffs.append(f"{name}: not installed (lock: {want})")
+            diffs.append(f"{name}: requirements.lock has {want}, not installed")
         elif have != want and have.split("+", 1)[0] != want:
-            diffs.append(f"{name}: installed {have} != lock {want}")
+            diffs.append(f"{name}: requirements.lock has {want}, installed {have}")
     return diffs
-
-
-# --- re-decoding ----------------------------------------------------------------------------
-
-def redecode_lines(model: Any, examples: list[Any], decoder: Any, ids: Any, tgt_tok: Any,
-                   batch_size: int, sample: int) -> list[str]:
-    """Decode the first ``sample`` examples again and return predictions.jsonl lines.
-
-    The sample is rounded up to whole decode batches so every batch is padded exactly as in
-    the decode stage (padding width can change float sums, hence scores). The caller sets
-    the same determinism (seed, threads) as the decode stage and passes a model in eval mode.
-    """
-    import tempfile  # noqa: PLC0415
-
-    import torch  # noqa: PLC0415
-
-    from seqcore.decoding.predictions import decode_examples, write_predictions  # noqa: PLC0415
-
-    take = min(len(examples), -(-sample // batch_size) * batch_size)
-    with torch.inference_mode():
-        rows = decode_examples(model, examples[:take], decoder, ids, tgt_tok, batch_size)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "redecoded.jsonl"
-        write_predictions(rows, out)
-        return out.read_text(encoding="utf-8").splitlines()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,28 @@ def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=dest, check=True)
     return dest
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for `dvc` and stage subprocesses: this venv first, the repo's MLflow."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+#: evaluate.prediction_sample of the audited tiny result; decode.batch_size 8 gives the
+#: 24 test examples three decode batches.
+AUDIT_SAMPLE = 5
+
+
+@pytest.fixture(scope="session")
+def audit_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A tiny repository after a real `dvc repro` (shared by the audit tests; copy it before
+    changing anything), and the repro's output."""
+    repo = copy_repo(tmp_path_factory.mktemp("result"), merge(TINY_PARAMS, {
+        "evaluate": {"prediction_sample": AUDIT_SAMPLE}, "decode": {"batch_size": 8}}))
+    res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "repro"], cwd=repo,
+                         env=tool_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return repo, res.stdout + res.stderr

@@ -1,0 +1,159 @@
+"""The MLflow run against the record the evaluate stage would log now, compared whole.
+
+Params, final metrics, the step metrics of the training log, every tag, and every logged
+artifact (downloaded through ``mlflow.artifacts``, so a local store and an S3-backed server
+are read alike). Only pipeline/ imports mlflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeline.tracking import param_items, read_yaml12, tracking_uri
+from seqcore import audit as A
+from seqcore.compare import first_difference
+from seqcore.config import Config, experiment_name
+
+RUN, PIPELINE = "mlflow run", "pipeline record"
+#: Tags that describe when and where the run was made, not the result: checked for form.
+FREE_TAGS = ("dvc.exp.name",)
+
+
+def find_run(cfg: Config, run_id: str | None) -> Any:
+    """The MLflow run by id, or the latest run of the configured experiment."""
+    import mlflow  # noqa: PLC0415 (slow import)
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri(cfg.mlflow.tracking_uri))
+    if run_id:
+        return client.get_run(run_id)
+    exp = client.get_experiment_by_name(experiment_name(cfg))
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"],
+                              max_results=1) if exp else []
+    if not runs:
+        raise LookupError(f"no run in experiment {experiment_name(cfg)!r}")
+    return runs[0]
+
+
+def _is_commit(sha: str) -> bool:
+    res = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], capture_output=True,
+                         check=False)
+    return res.returncode == 0
+
+
+def tag_diffs(record: dict[str, Any], tags: dict[str, str], lock_sha: str | None) -> list[str]:
+    """Every tag: equal to the record's, or (git.*, dvc.lock.sha256) true of this repository.
+
+    ``env.*`` tags are the environment check's; MLflow's own ``mlflow.*`` tags are not ours
+    except the run name.
+    """
+    want = {k: str(v) for k, v in record["tags"].items() if not k.startswith("env.")}
+    # A DVC experiment's run is named after it (pipeline.tracking.build_record).
+    exp = tags.get("dvc.exp.name")
+    want["mlflow.runName"] = record["run_name"] + (f"-{exp}" if exp else "")
+    diffs = []
+    for key in sorted(set(want) | {k for k in tags if not k.startswith(("mlflow.", "env."))}):
+        have, expected = tags.get(key), want.get(key)
+        if key not in want and key not in FREE_TAGS:
+            diffs.append(f"tag {key}: {RUN} has {have!r}, the pipeline writes no such tag")
+        elif have is None and key in want:
+            diffs.append(f"tag {key}: {PIPELINE} has {expected!r}, {RUN} has nothing")
+        elif key == "git.commit":
+            if have != expected and not _is_commit(have):
+                diffs.append(f"tag git.commit: {RUN} has {have!r}, not a commit of this "
+                             f"repository (HEAD is {expected!r})")
+        elif key == "dvc.lock.sha256":
+            if have != lock_sha:
+                diffs.append(f"tag dvc.lock.sha256: {RUN} has {have!r}, the run's dvc.lock "
+                             f"artifact has sha256 {lock_sha!r}")
+        elif key.startswith("git.") or key in FREE_TAGS:
+            continue  # the working tree when the run was made (present is all we can ask)
+        elif have != expected:
+            diffs.append(f"tag {key}: {RUN} has {have!r}, {PIPELINE} has {expected!r}")
+    return diffs
+
+
+def step_diffs(client: Any, run_id: str, record: dict[str, Any]) -> list[str]:
+    """Each step metric's whole history against the training log's rows."""
+    want: dict[str, list[tuple[int, float]]] = {}
+    for name, step, value in record["steps"]:
+        want.setdefault(name, []).append((step, value))
+    diffs = []
+    for name, rows in sorted(want.items()):
+        got = [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, name),
+                                                  key=lambda m: (m.step, m.timestamp))]
+        if got != sorted(rows):
+            first = next((i for i, (a, b) in enumerate(zip(got, sorted(rows))) if a != b),
+                         min(len(got), len(rows)))
+            a = got[first] if first < len(got) else "nothing"
+            b = sorted(rows)[first] if first < len(rows) else "nothing"
+            diffs.append(f"step metric {name}: entry {first + 1} (step, value): {RUN} has {a}, "
+                         f"train log has {b} ({len(got)} vs {len(rows)} entries)")
+    return diffs
+
+
+def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
+                   lock: dict[str, Any]) -> tuple[list[str], str | None]:
+    """Every logged artifact downloaded and compared with the file it copies.
+
+    Returns the differences and the sha256 of the run's dvc.lock artifact (the lock as the
+    evaluate stage saw it: only its upstream stages must still agree).
+    """
+    import mlflow  # noqa: PLC0415
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep output plain
+    texts: dict[str, str] = record["texts"]
+    with tempfile.TemporaryDirectory(prefix="audit-mlflow-") as tmp:
+        root = Path(mlflow.artifacts.download_artifacts(
+            run_id=run.info.run_id, dst_path=tmp, tracking_uri=uri))
+        got = {p.relative_to(root).as_posix(): p.read_bytes()
+               for p in root.rglob("*") if p.is_file()}
+    diffs = [f"artifact {n}: {RUN} has it, the pipeline logs no such file"
+             for n in sorted(set(got) - set(texts))]
+    diffs += [f"artifact {n}: {PIPELINE} has it, {RUN} has nothing"
+              for n in sorted(set(texts) - set(got))]
+    lock_sha = None
+    for name in sorted(set(texts) & set(got)):
+        if name == "dvc.lock":
+            lock_sha = hashlib.sha256(got[name]).hexdigest()
+            with tempfile.TemporaryDirectory() as tmp:
+                (Path(tmp) / "dvc.lock").write_bytes(got[name])
+                logged = A.upstream_lock_digest(read_yaml12(Path(tmp) / "dvc.lock"))
+            if logged != A.upstream_lock_digest(lock):
+                diffs.append("artifact dvc.lock: its stages before evaluate differ from "
+                             "the workspace dvc.lock's")
+            continue
+        diffs += first_difference(f"artifact {name}", (RUN, "file"), got[name],
+                                  texts[name].encode("utf-8"))
+    return diffs, lock_sha
+
+
+def mlflow_diffs(cfg: Config, run: Any, record: dict[str, Any],
+                 lock: dict[str, Any]) -> list[str]:
+    """The run compared whole with ``record`` (pipeline.tracking.build_record, made now)."""
+    import mlflow  # noqa: PLC0415
+
+    pending = Path(cfg.paths.mlflow_pending)
+    diffs = [f"{pending} holds runs not yet logged: `python -m pipeline.tracking --replay`"
+             ] if pending.exists() else []
+    uri = tracking_uri(cfg.mlflow.tracking_uri)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    rid = run.info.run_id
+    want = dict(param_items(record["params"]))
+    diffs += A.text_diffs(f"run {rid} param", (PIPELINE, RUN), want, run.data.params)
+    diffs += [f"run {rid} param {k}: {RUN} has {v!r}, not in the current contract"
+              for k, v in sorted(run.data.params.items()) if k not in want]
+    finals = {k: float(v) for k, v in record["metrics"].items()}
+    diffs += A.number_diffs(f"run {rid} metric", (PIPELINE, RUN), finals, run.data.metrics)
+    steps = {name for name, _, _ in record["steps"]}
+    diffs += [f"run {rid} metric {k}: {RUN} has {v!r}, the pipeline logs no such metric"
+              for k, v in sorted(run.data.metrics.items()) if k not in finals | dict.fromkeys(steps)]
+    diffs += [f"run {rid} {d}" for d in step_diffs(client, rid, record)]
+    art, lock_sha = artifact_diffs(run, uri, record, lock)
+    diffs += [f"run {rid} {d}" for d in art]
+    diffs += [f"run {rid} {d}" for d in tag_diffs(record, run.data.tags, lock_sha)]
+    return diffs

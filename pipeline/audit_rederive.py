@@ -1,0 +1,150 @@
+"""Audit checks that redo the cheap stages and cross-check the training record.
+
+prepare, tokenizer, decode and evaluate run again, in-process, in a temporary folder that
+links their locked data inputs; every output that dvc.lock lists for the stage is compared
+whole with the workspace (``seqcore.compare``). Training is not redone here (that is
+``--rebuild``): its log and metrics are checked against the checkpoints and the model file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline import decode, evaluate, prepare, tokenizer
+from pipeline.stage import read_json
+from seqcore.compare import field_differences, path_differences
+from seqcore.config import Config
+from seqcore.hashing import sha256_file
+from seqcore.training.checkpoint import CheckpointDir, load_blob
+from seqcore.training.loop import LOG_COLUMNS
+
+#: Stages redone by the default audit, in pipeline order.
+REDERIVED: dict[str, Callable[[Config], Any]] = {
+    "prepare": prepare.run, "tokenizer": tokenizer.run, "decode": decode.run,
+    "evaluate": evaluate.run}
+CODE_DIRS = ("seqcore", "pipeline")
+FILE, RECOMPUTED = "file", "recomputed"
+
+
+def stage_paths(lock: dict[str, Any], stage: str, kind: str) -> list[str]:
+    """The dep or out paths dvc.lock records for ``stage`` (KeyError if it has none)."""
+    return [item["path"] for item in lock["stages"][stage][kind]]
+
+
+def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
+                   done: dict[str, Any]) -> list[str]:
+    """Run ``stage`` again from its locked data inputs; compare each locked out whole.
+
+    What the stage's ``run`` returns is kept in ``done[stage]``. The predictions header's
+    ``environment`` is left to the environment check.
+    """
+    root = Path.cwd()
+    deps = [p for p in stage_paths(lock, stage, "deps") if p.split("/")[0] not in CODE_DIRS]
+    outs = stage_paths(lock, stage, "outs")
+    with tempfile.TemporaryDirectory(prefix=f"audit-{stage}-") as tmp:
+        # A model file's sha256 sidecar is an out of its own, read with the file.
+        for rel in deps + [f"{d}.sha256" for d in deps]:
+            if (root / rel).exists():
+                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(root / rel, Path(tmp) / rel)
+        log = io.StringIO()
+        try:
+            with contextlib.chdir(tmp), contextlib.redirect_stderr(log):
+                done[stage] = REDERIVED[stage](cfg)
+        except SystemExit as stop:  # a stage's own consistency check refused the inputs
+            return [f"{stage} stopped when redone: {stop.code}"]
+        sides = (f"{FILE} (workspace)", RECOMPUTED)
+        return [d for rel in outs for d in path_differences(
+            rel, sides, root / rel, Path(tmp) / rel, ignore_fields=frozenset({"environment"}))]
+
+
+def count_diffs(cfg: Config, header: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
+    """Header rows = prediction lines = encoded examples = the metrics' example counts."""
+    split = cfg.decode.split
+    pred = Path(cfg.paths.predictions) / f"{split}.jsonl"
+    enc = Path(cfg.paths.encoded) / f"{split}.jsonl"
+    manifest = read_json(Path(cfg.paths.encoded) / "manifest.json")
+
+    def lines(path: Path) -> int:
+        with open(path, encoding="utf-8") as f:
+            return sum(1 for line in f if line.strip())
+
+    counts = {f"{enc} lines": lines(enc),
+              f"{cfg.paths.encoded}/manifest.json counts.{split}.kept":
+                  manifest["counts"][split]["kept"],
+              f"{pred} lines": lines(pred),
+              f"{pred.with_suffix('.header.json')} rows": header.get("rows"),
+              f"{cfg.paths.metrics} {split}_sequences": metrics.get(f"{split}_sequences"),
+              f"{cfg.paths.metrics} examples": metrics.get("examples")}
+    ref_place, ref = next(iter(counts.items()))
+    return [f"count: {place} has {value!r}, {ref_place} has {ref!r}"
+            for place, value in counts.items() if value != ref]
+
+
+def _log_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def training_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
+    """train_log.csv, train_metrics.json and the model file against the final checkpoint.
+
+    The final checkpoint (always written at ``max_steps``) carries the log history, the
+    counters and the best dev NLL; the model file must hold the selected checkpoint's weights.
+    """
+    tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
+    tm = read_json(tm_path)
+    ckpt = CheckpointDir(Path(tm["checkpoints"]), cfg.train.keep_last)
+    if not ckpt.numbered():
+        raise FileNotFoundError(f"no checkpoint in {ckpt.root} (train_metrics.json checkpoints)")
+    last_path = ckpt.numbered()[-1]
+    last = load_blob(last_path)
+    st, history = last["state"], last["history"]
+    sides = (f"file {log_path}", f"checkpoint {last_path}")
+    rows = _log_rows(log_path)
+    diffs = [] if len(rows) == len(history) else [
+        f"{log_path}: {sides[0]} has {len(rows)} rows, {sides[1]} history has {len(history)}"]
+    columns = LOG_COLUMNS[: len(history[0])] if history else ()
+    for i, (row, past) in enumerate(zip(rows, history)):
+        bad = [(c, row.get(c), str(v)) for c, v in zip(columns, past)
+               if c in row and row[c] != str(v)]
+        if bad:
+            c, a, b = bad[0]
+            diffs.append(f"{log_path}: line {i + 2}, column {c}: {sides[0]} has {a!r}, "
+                         f"{sides[1]} has {b!r}")
+            break
+    selected = ckpt.root / "best.pt" if cfg.train.select == "best_dev" and \
+        (ckpt.root / "best.pt").exists() else last_path
+    chosen = load_blob(selected) if selected != last_path else last
+    want = {"steps": st["step"], "tokens": st["tokens"], "skipped_steps": st["skipped"],
+            "best_step": st["best_step"], "best_dev_nll": _finite(st["best_dev"]),
+            "final_loss": history[-1][3] if history else None,
+            "model_sha256": sha256_file(Path(cfg.paths.model)), "selected": cfg.train.select,
+            "selected_step": chosen["state"]["step"], "checkpoints": str(ckpt.root)}
+    diffs += [f"{tm_path}: field {k}: file has {a!r}, checkpoints and model file give {b!r}"
+              for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
+    meta_want = {k: want[k] for k in ("best_step", "best_dev_nll", "selected_step")}
+    meta_want["step"] = st["step"]
+    diffs += [f"model file meta: field {k}: model file has {a!r}, checkpoints give {b!r}"
+              for k, a, b in field_differences({k: meta.get(k) for k in meta_want}, meta_want)]
+    weights, kept = load_blob(Path(cfg.paths.model))["model"], chosen["model"]
+    off = sorted(set(weights) ^ set(kept)) + [
+        k for k in kept if k in weights and not torch.equal(weights[k], kept[k])]
+    if off:
+        diffs.append(f"model weights: file {cfg.paths.model} and checkpoint {selected} differ "
+                     f"(first tensor {off[0]})")
+    return diffs

@@ -1,0 +1,56 @@
+"""The producing environment of a result: interpreter, platform, torch build, package set.
+
+Recorded in the model file, the predictions header and the MLflow run (tags ``env.*``); the
+audit compares each record with the environment it runs in, because a different torch
+build or package set can change floating-point results without any code change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What produced a file; ``packages_sha256`` hashes the sorted ``name==version`` list."""
+
+    python: str
+    platform: str
+    torch: str
+    torch_build: str
+    packages_sha256: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def installed_packages() -> list[str]:
+    """Sorted, de-duplicated ``name==version`` of every installed distribution."""
+    found = {f"{(d.metadata['Name'] or '').lower().replace('_', '-')}=={d.version}"
+             for d in importlib.metadata.distributions()}
+    return sorted(found)
+
+
+def producing_environment() -> Environment:
+    """The environment of the running process."""
+    build = f"cuda-{torch.version.cuda}" if torch.version.cuda else "cpu"
+    listing = "\n".join(installed_packages()).encode("utf-8")
+    return Environment(python=platform.python_version(), platform=platform.platform(),
+                       torch=str(torch.__version__), torch_build=build,
+                       packages_sha256=hashlib.sha256(listing).hexdigest())
+
+
+def environment_diffs(place: str, recorded: dict[str, Any] | None,
+                      current: Environment) -> list[str]:
+    """Fields where ``recorded`` (an ``Environment.as_dict()`` kept in ``place``) differs
+    from ``current``; a place with no record is one difference."""
+    if not recorded:
+        return [f"{place} records no producing environment"]
+    return [f"{key}: {place} has {recorded.get(key)!r}, this audit runs {value!r}"
+            for key, value in current.as_dict().items() if recorded.get(key) != value]

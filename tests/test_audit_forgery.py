@@ -1,0 +1,257 @@
+"""Self-consistent forgeries of a real tiny result, each caught by the check that redoes it.
+
+The forger edits a file, runs `dvc commit -f` (so dvc.lock and `dvc status` agree), re-runs
+the evaluate stage where its outputs follow from the edit, commits again, and makes the
+MLflow run agree; only the check that re-derives the edited thing can still see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import mlflow
+import pytest
+from dvc.repo import Repo
+
+from pipeline import evaluate
+from pipeline.audit import audit
+from pipeline.audit_rebuild import rebuild_diffs
+from pipeline.tracking import read_yaml12
+from seqcore.audit import AuditReport, lock_hash_diffs, stage_out_diffs
+from seqcore.compare import first_difference
+from seqcore.config import load_config
+from tests.conftest import tool_env
+
+pytestmark = pytest.mark.e2e
+Forgery = Callable[[Path, pytest.MonkeyPatch], None]
+
+
+def dvc_commit(repo: Path) -> None:
+    with contextlib.chdir(repo):
+        dvc = Repo(".")
+        try:
+            dvc.commit(force=True)
+        finally:
+            dvc.close()
+
+
+def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluate stage in-process (it logs a new MLflow run), then `dvc commit -f`."""
+    dvc_commit(repo)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(sys, "argv", ["pipeline.evaluate"])
+    with contextlib.chdir(repo):
+        evaluate.main()
+    dvc_commit(repo)
+
+
+def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
+    """The newest run of the copy's store. Its artifacts may live in the shared result's
+    folder (the store records absolute paths): edit only runs the test itself logged."""
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
+    return client, run.info.run_id
+
+
+def rewrite_jsonl(path: Path, edit: Callable[[list[dict]], list[dict]]) -> None:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
+                            for r in edit(rows)), encoding="utf-8")
+
+
+def prediction_past_the_first_batch(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    def edit(rows: list[dict]) -> list[dict]:
+        row = rows[19]  # batch 3 of 8 rows
+        row["hypothesis"] = row["reference"] if row["hypothesis"] != row["reference"] \
+            else row["reference"] + " AH"
+        return rows
+    rewrite_jsonl(repo / "predictions/test.jsonl", edit)
+    rerun_evaluate(repo, mp)
+
+
+def dropped_rows(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    rewrite_jsonl(repo / "predictions/test.jsonl", lambda rows: rows[:-5])
+    rerun_evaluate(repo, mp)
+
+
+def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    preds = {json.loads(line)["id"]: json.loads(line)
+             for line in (repo / "predictions/test.jsonl").read_text().splitlines()}
+    wrong = [i for i, p in preds.items() if p["hypothesis"] != p["reference"]][:6]
+
+    def encoded(rows: list[dict]) -> list[dict]:
+        for r in rows:
+            if r["id"] in wrong:
+                r["target"], r["tgt"] = preds[r["id"]]["hypothesis"], preds[r["id"]]["tokens"]
+        return rows
+
+    def predicted(rows: list[dict]) -> list[dict]:
+        for r in rows:
+            if r["id"] in wrong:
+                r["reference"] = r["hypothesis"]
+        return rows
+    assert wrong
+    rewrite_jsonl(repo / "data/encoded/test.jsonl", encoded)
+    rewrite_jsonl(repo / "predictions/test.jsonl", predicted)
+    rerun_evaluate(repo, mp)
+
+
+def changed_perplexity(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    rerun_evaluate(repo, mp)  # a run of this copy's own, to edit
+    path = repo / "reports/metrics.json"
+    metrics = json.loads(path.read_text())
+    metrics["test_perplexity"] /= 4
+    path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    client, rid = latest_run(repo)
+    client.log_metric(rid, "test_perplexity", metrics["test_perplexity"], step=0)
+    client.log_text(rid, path.read_text(), "reports/metrics.json")
+    dvc_commit(repo)
+
+
+def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    rerun_evaluate(repo, mp)
+    client, rid = latest_run(repo)
+    for rel, old, new in (("reports/report.md", "sequences.", "sequences (checked)."),
+                          ("reports/buckets.csv", "\n1-4,", "\n1-3,")):
+        path = repo / rel
+        text = path.read_text()
+        assert old in text, rel
+        path.write_text(text.replace(old, new, 1))
+        client.log_text(rid, path.read_text(), rel)
+    dvc_commit(repo)
+
+
+def edited_train_log(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    path = repo / "reports/train_log.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    cells = lines[3].split(",")
+    cells[3] = str(float(cells[3]) * 0.9)  # the loss of step 3
+    lines[3] = ",".join(cells)
+    path.write_text("".join(lines))
+    rerun_evaluate(repo, mp)  # new training-curve PNG and MLflow step metrics
+
+
+def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    """A tag, a step metric and an artifact edited in the run (three separate findings)."""
+    rerun_evaluate(repo, mp)
+    client, rid = latest_run(repo)
+    client.set_tag(rid, "seqcore.version", "9.9.9")
+    client.log_metric(rid, "train.loss", 0.01, step=3)
+    client.log_text(rid, "forged\n", "reports/report.md")
+
+
+FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
+    "a prediction past the first batch": (prediction_past_the_first_batch, {"decode redone"},
+                                          "predictions/test.jsonl: line 20: field hypothesis"),
+    "dropped rows": (dropped_rows, {"counts", "decode redone"},
+                     "count: predictions/test.jsonl lines has 19, data/encoded/test.jsonl "
+                     "lines has 24"),
+    "rewritten references": (rewritten_references, {"tokenizer redone"},
+                             "data/encoded/test.jsonl: line"),
+    # The run is compared with what the pipeline would log now (recomputed figures), so a
+    # number forged in the file and the run alike fails both checks.
+    "a changed perplexity": (changed_perplexity, {"evaluate redone", "mlflow run"},
+                             "reports/metrics.json: field test_perplexity"),
+    "an edited report and buckets file": (edited_report_and_buckets, {"evaluate redone"},
+                                          "reports/buckets.csv: line 2: column bucket: "
+                                          'file (workspace) has "1-3", recomputed has "1-4"'),
+    "an edited train log": (edited_train_log, {"training record"},
+                            "reports/train_log.csv: line 4, column loss"),
+    "an edited MLflow tag, step metric and artifact": (
+        edited_mlflow_run, {"mlflow run"}, "tag seqcore.version: mlflow run has '9.9.9'"),
+}
+
+
+def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, **options: bool) -> AuditReport:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("PATH", tool_env()["PATH"])
+    with contextlib.chdir(repo):
+        report = audit(**options)
+    print(report.render())
+    return report
+
+
+@pytest.mark.parametrize("kind", list(FORGERIES))
+def test_the_audit_redoes_what_a_consistent_forger_edits(
+        kind: str, audit_result: tuple[Path, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    forge, expected, message = FORGERIES[kind]
+    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
+    forge(repo, monkeypatch)
+    report = run_audit(repo, monkeypatch)
+    assert set(report.failed()) == expected, report.render()
+    assert message in report.render()
+    if forge is edited_mlflow_run:
+        assert "step metric train.loss: entry 4 (step, value): mlflow run has (3," \
+            in report.render()
+        assert "artifact reports/report.md: line 1: mlflow run has \"forged\"" \
+            in report.render()
+
+
+def test_a_different_environment_warns_and_fails_under_strict_env(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
+    header = repo / "predictions/test.header.json"
+    data = json.loads(header.read_text())
+    data["environment"]["torch"] = "1.0.0"
+    header.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    rerun_evaluate(repo, monkeypatch)
+    report = run_audit(repo, monkeypatch)
+    assert report.ok and report.status["environment"] == "WARNING", report.render()
+    assert "torch: predictions header has '1.0.0', this audit runs" in report.render()
+    strict = run_audit(repo, monkeypatch, strict_env=True)
+    assert strict.failed() == ["environment"]
+
+
+def test_a_check_that_cannot_run_is_not_run_and_fails(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
+    (repo / "models/model.pt").unlink()
+    report = run_audit(repo, monkeypatch, use_mlflow=False)
+    assert not report.ok
+    assert {"contract", "decode redone", "evaluate redone", "training record"} <= {
+        n for n, s in report.status.items() if s == "NOT RUN"}, report.render()
+    assert "NOT RUN  decode redone" in report.render()
+
+
+def test_rebuild_reproduces_every_locked_out(audit_result: tuple[Path, str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = audit_result[0]
+    monkeypatch.setenv("PATH", tool_env()["PATH"])
+    with contextlib.chdir(repo):
+        diffs = rebuild_diffs(load_config("params.yaml"), read_yaml12(Path("dvc.lock")))
+    # The training log's wall-clock tokens_per_s column differs run to run (issue 12, item 8).
+    assert all("reports/train_log.csv" in d or d == "first divergent stage: train"
+               for d in diffs), diffs
+
+
+def test_a_difference_past_character_200_is_shown_whole() -> None:
+    a = json.dumps({"id": "x", "hypothesis": "A " * 125 + "B"}) + "\n"
+    b = json.dumps({"id": "x", "hypothesis": "A " * 125 + "C"}) + "\n"
+    (diff,) = first_difference("p.jsonl", ("file", "recomputed"), a.encode(), b.encode())
+    assert diff == (f"p.jsonl: line 1: field hypothesis: file has \"{'A ' * 125}B\", "
+                    f"recomputed has \"{'A ' * 125}C\"")
+
+
+def test_every_lock_record_of_a_path_is_compared(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    good = "9dd4e461268c8034f5c8564e155c67a6"  # md5 of "x"
+    lock = {"stages": {"a": {"outs": [{"path": "f", "md5": good}]},
+                       "b": {"deps": [{"path": "f", "md5": "0" * 32}]}}}
+    assert lock_hash_diffs(tmp_path, lock) == [
+        f"f: workspace has md5 {good}, dvc.lock b.deps records {'0' * 32}"]
+
+
+def test_rebuild_names_the_first_divergent_stage() -> None:
+    lock = {"stages": {s: {"outs": [{"path": s, "md5": "1"}]} for s in ("a", "b", "c")}}
+    rebuilt = {"stages": {"a": lock["stages"]["a"], "b": {"outs": [{"path": "b", "md5": "2"}]},
+                          "c": {"outs": [{"path": "c", "md5": "3"}]}}}
+    assert stage_out_diffs(["a", "b", "c"], lock, rebuilt) == [
+        "first divergent stage: b", "b: b: rebuilt md5 2, dvc.lock records 1",
+        "c: c: rebuilt md5 3, dvc.lock records 1"]
