@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.tracking import contract_params, param_items, read_yaml12, tracking_uri
+from pipeline.tracking import (
+    contract_params, param_items, read_yaml12, split_counts, tracking_uri)
 from seqcore import audit as A
 from seqcore.config import Config, as_dict, config_from_dict, flatten, load_config
 from seqcore.contract import SpecialIds
@@ -139,7 +140,9 @@ def mlflow_checks(cfg: Config, tc: dict[str, Any], metrics: dict[str, Any],
               for k in sorted(set(got) - set(want))]
     numeric = {k: v for k, v in flatten(metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    numeric, counts = split_counts(numeric)  # counts are tags, not charted metrics
     diffs += A.number_diffs(f"run {run.info.run_id} metric", numeric, run.data.metrics)
+    diffs += A.text_diffs(f"run {run.info.run_id} tag", counts, run.data.tags)
     model, contract = Path(cfg.paths.model), Path(cfg.paths.tokenizer) / "contract.json"
     tags = {"contract.signature": sig, "data.sha256": tc["data_sha256"],
             "tokenizer.contract.sha256": sha256_file(contract),
@@ -181,7 +184,8 @@ def audit(params: str = "params.yaml", run_id: str | None = None, sample: int = 
     try:
         tc = _json(Path(cfg.paths.tokenizer) / "contract.json")
         header = _json(pred_path.with_suffix(".header.json"))
-        metrics = _json(Path(cfg.paths.metrics))
+        # numbers in metrics.json, text results (signatures, hashes) in results.json
+        metrics = _json(Path(cfg.paths.metrics)) | _json(Path(cfg.paths.results))
         meta = load_model(Path(cfg.paths.model))[1]
     except (OSError, ValueError) as err:  # missing file, bad JSON, model fails its sidecar
         report.add("inputs readable", [f"{type(err).__name__}: {err}"])

@@ -157,7 +157,7 @@ def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: 
 
 def test_every_stage_prints_the_contract_signature(result: tuple[Path, str]) -> None:
     repo, output = result
-    final = json.loads((repo / "reports/metrics.json").read_text())["signature"]
+    final = json.loads((repo / "reports/results.json").read_text())["signature"]
     for stage in STAGES[2:]:
         assert f"[{stage}] contract: {final}" in output
     for stage in STAGES[:2]:
@@ -195,7 +195,8 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
     assert {"git.commit", "git.dirty", "dvc.lock.sha256", "data.sha256", "model.sha256",
             "tokenizer.contract.sha256"} <= set(tags)
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert tags["metrics.bleu_signature"] == metrics["bleu_signature"]
+    results = json.loads((repo / "reports/results.json").read_text())
+    assert tags["metrics.bleu_signature"] == results["bleu_signature"]
     assert run.data.metrics["exact_match"] == metrics["exact_match"]
     log_rows = (repo / "reports/train_log.csv").read_text().splitlines()[1:]
     assert len(client.get_metric_history(run.info.run_id, "train.loss")) == len(log_rows)
