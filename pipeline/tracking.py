@@ -153,6 +153,8 @@ def baseline_params(rev: str) -> dict[str, Any]:
 
     res = subprocess.run(["git", "show", f"{rev}:params.yaml"], capture_output=True, text=True,
                          check=False)
+    if res.returncode != 0:  # no commit yet, or params.yaml not committed
+        return {}
     try:
         return flatten(as_dict(config_from_dict(yaml.safe_load(res.stdout) or {})))
     except (ValueError, TypeError, yaml.YAMLError):
@@ -240,6 +242,16 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: dict[st
             "images": run_images(Path(cfg.evaluate.details_dir))}
 
 
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts of a sqlite store live next to the database (MLflow's default, ./mlruns,
+    is relative to the working directory: inside `dvc exp run --temp` a folder deleted
+    after the run). None (the server's default) for any other store."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    return (Path(uri[len(prefix):]).parent / "mlruns" / experiment).as_uri()
+
+
 def log_run(record: dict[str, Any]) -> str:
     """Log one run from a record {uri, experiment, run_name, params, metrics, steps, tags,
     texts}; returns the run id."""
@@ -248,7 +260,9 @@ def log_run(record: dict[str, Any]) -> str:
 
     client = mlflow.MlflowClient(tracking_uri=record["uri"])
     exp = client.get_experiment_by_name(record["experiment"])
-    exp_id = exp.experiment_id if exp else client.create_experiment(record["experiment"])
+    exp_id = exp.experiment_id if exp else client.create_experiment(
+        record["experiment"], artifact_location=artifact_location(record["uri"],
+                                                                  record["experiment"]))
     if not exp or EXPERIMENT_KIND[0] not in exp.tags:
         client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     run = client.create_run(exp_id, run_name=record["run_name"])

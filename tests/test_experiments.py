@@ -159,6 +159,7 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
     client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     exp = client.get_experiment_by_name("seqcore-g2p")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert exp.artifact_location == (repo / "mlruns/seqcore-g2p").as_uri()  # not in a temp dir
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
     assert set(runs) == {next(n for n in runs if n.startswith("baseline-")), "lr-half lr=0.5",
                          "beam3 beam_size=3 strategy=beam"}
@@ -171,3 +172,13 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
         assert "examples" not in run.data.metrics and "word_error_rate" in run.data.metrics
         plots = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
         assert "plots/training_curve.png" in plots
+
+
+def test_a_relative_sqlite_store_is_the_users_repo_also_inside_a_temp_experiment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pipeline.tracking import tracking_uri  # noqa: PLC0415
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # a `dvc exp run --temp` works in a copy under .dvc/tmp/exps
+    monkeypatch.setenv("DVC_ROOT", "/home/user/repo")  # set by DVC to the user's repository
+    assert tracking_uri("sqlite:///mlflow.db") == "sqlite:////home/user/repo/mlflow.db"

@@ -67,6 +67,8 @@ def build_store(repo: Path, work: Path) -> None:
     (work / "dvc.lock").unlink(missing_ok=True)
     git = ("git", "-c", "user.name=seqcore-dev", "-c", "user.email=dev@seqcore")
     sh(work, "git", "init", "-q")
+    sh(work, "git", "add", "-A")
+    sh(work, *git, "commit", "-qm", "tiny params")
     sh(work, "dvc", "repro")
     sh(work, "git", "add", "-A")
     sh(work, *git, "commit", "-qm", "baseline")
@@ -114,9 +116,18 @@ class Page:
                         awaitPromise=True)
         return res.get("result", {}).get("value")
 
-    def open(self, url: str, settle: float = 6.0) -> None:
+    def open(self, url: str, settle: float = 2.0) -> None:
         self.call("Page.navigate", url=url)
         time.sleep(settle)
+
+    def wait_text(self, text: str, seconds: float = 120) -> None:
+        """Wait until the page shows ``text`` (the UI loads its data after the page)."""
+        deadline = time.monotonic() + seconds
+        while not self.js(f"document.body.innerText.includes({json.dumps(text)})"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the page never showed {text!r}")
+            time.sleep(0.5)
+        time.sleep(2)  # let the layout settle
 
     def click_text(self, text: str) -> bool:
         """Click the innermost visible element whose text is exactly ``text``."""
@@ -163,22 +174,29 @@ def screenshots(db: Path, out: Path) -> None:
                       deviceScaleFactor=1, mobile=False)
             runs_url = (f"{base}/#/experiments/{exp.experiment_id}/runs"
                         "?workflowType=machine_learning")
+            # The run table's columns are browser state (localStorage), chosen once by a user
+            # with "Columns": set them, and close the assistant panel, before the app loads.
+            page.open(f"{base}/health")
+            key = ("MLflowLocalStorage-1.1-ExperimentPage-" + json.dumps([exp.experiment_id])
+                   + "-ReactComponentState")
+            state = {"selectedColumns": COLUMNS}
+            page.js(f"""localStorage.setItem({json.dumps(key)}, {json.dumps(json.dumps(state))});
+                localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');
+                localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');""")
             page.open(runs_url)
-            # The run table's columns are browser state (localStorage): choose the headline
-            # metrics and the changed params, as a user does once with "Columns".
-            key = f"MLflowLocalStorage-1.1-ExperimentPage-{exp.experiment_id}-ReactComponentState"
-            page.js(f"""(() => {{ const k = {json.dumps(key)};
-                const s = JSON.parse(localStorage.getItem(k) || '{{}}');
-                s.selectedColumns = {json.dumps(COLUMNS)}; s.runListHidden = false;
-                s.viewMaximized = false; localStorage.setItem(k, JSON.stringify(s)); }})()""")
-            page.open(runs_url)
-            page.click_text("Table")
-            time.sleep(2)
-            page.shot(out / "mlflow_runs.png", 1400, 420)
+            page.wait_text("lr-half")
+            page.shot(out / "mlflow_runs.png", 1400, 440)
             ids = json.dumps([r.info.run_id for r in runs])
             page.open(f"{base}/#/compare-runs?runs={ids}&experiments="
-                      f"{json.dumps([exp.experiment_id])}", settle=8)
-            page.shot(out / "mlflow_compare.png", 1400, 900)
+                      f"{json.dumps([exp.experiment_id])}&workflowType=machine_learning")
+            page.wait_text("Show diff only")
+            page.click_text("Visualizations")  # fold the plots: names, params, metrics on top
+            switched = page.js("""[...document.querySelectorAll('[role=switch]')]
+                .filter(b => b.getAttribute('aria-checked') !== 'true')
+                .map(b => b.click()).length""")  # "Show diff only" of params, metrics, tags
+            print(f"switched on {switched} 'Show diff only' toggles")
+            time.sleep(2)
+            page.shot(out / "mlflow_compare.png", 1400, 1000)
         finally:
             for proc in procs:
                 proc.terminate()
