@@ -191,7 +191,8 @@ def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, A
     lines = [f"**{name}**", "", " · ".join(f"{label} {v:.4f}" for label, v in heads), ""]
     if changed:
         lines += ["Params changed from the baseline:", ""] + [
-            f"- `{k}`: {param_text(a)} → {param_text(b)}" for k, (a, b) in sorted(changed.items())]
+            f"- `{k}`: {param_text(a)} → {param_text(b)}"
+            for k, (a, b) in sorted(changed.items())]
     else:
         lines.append("Baseline params (no change from the commit).")
     return "\n".join(lines)
