@@ -130,7 +130,9 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     # the checks that need it NOT RUN.
     tc = functools.cache(lambda: _json(Path(cfg.paths.tokenizer) / "contract.json"))
     header = functools.cache(lambda: _json(pred_path.with_suffix(".header.json")))
-    metrics = functools.cache(lambda: _json(Path(cfg.paths.metrics)))
+    # numbers in metrics.json, text results (signatures, hashes) in results.json
+    metrics = functools.cache(
+        lambda: _json(Path(cfg.paths.metrics)) | _json(Path(cfg.paths.results)))
     meta = functools.cache(lambda: load_model(Path(cfg.paths.model))[1])
     _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), metrics()))
     _run(report, "counts", lambda: R.count_diffs(cfg, header(), metrics()))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.progress import in_chunks
 from pipeline.stage import load, signature, write_json
 from seqcore.config import Config, as_dict
 from seqcore.data.examples import read_examples
@@ -49,9 +50,10 @@ def run(cfg: Config) -> None:
     # the model file, so decode declares no train param.
     set_determinism(cfg.decode.seed, trained["train.threads"])
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
+    decoder, bs = make_decoder(cfg.decode, ids), cfg.decode.batch_size
     with torch.inference_mode():
-        rows = decode_examples(model, examples, make_decoder(cfg.decode, ids), ids, tgt_tok,
-                               cfg.decode.batch_size)
+        rows = [row for chunk in in_chunks(examples, bs, "decode")
+                for row in decode_examples(model, list(chunk), decoder, ids, tgt_tok, bs)]
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     write_predictions(rows, out)
     write_json(out.with_suffix(".header.json"), {

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.lm import evaluate_lm_stage
+from pipeline.progress import in_chunks
 from pipeline.stage import load, read_json, signature, tokenizer_contract, write_json
 from pipeline.tracking import build_record, log_or_keep
 from seqcore.config import Config
@@ -18,7 +19,8 @@ from seqcore.metrics.evaluation import (
     Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
 from seqcore.metrics.nulls import null_undefined
 from seqcore.metrics.recompute import eval_spec
-from seqcore.metrics.report import render_report, write_csv
+from seqcore.hashing import digest
+from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
@@ -27,16 +29,40 @@ from seqcore.training.model_file import load_model
 def teacher_forced(cfg: Config, ids: SpecialIds) -> dict[str, dict[str, TeacherStats]]:
     """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
     model, _ = load_model(Path(cfg.paths.model))
-    return {split: teacher_forced_stats(
-        model, read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), ids,
-        cfg.decode.batch_size) for split in ("dev", "test")}
+    out: dict[str, dict[str, TeacherStats]] = {}
+    for split in ("dev", "test"):
+        examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
+            cfg.decode.batch_size
+        out[split] = {}
+        for chunk in in_chunks(examples, bs, f"evaluate: {split} teacher-forced NLL"):
+            out[split] |= teacher_forced_stats(model, list(chunk), ids, bs)
+    return out
+
+
+def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(numbers, texts): numbers go to metrics.json, texts (signatures, hashes) to
+    results.json, so `dvc exp show` and `dvc metrics diff` list numbers only."""
+    texts = {k: v for k, v in values.items() if isinstance(v, str)}
+    return {k: v for k, v in values.items() if k not in texts}, texts
+
+
+def checkpoint_folder(cfg: Config, meta: dict[str, Any]) -> str:
+    """The checkpoint folder the model came from (train keys it by its training contract)."""
+    return str(Path(cfg.paths.checkpoints) / digest(meta["training_contract"])[:12])
 
 
 def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
                   header: dict[str, Any]) -> None:
-    """metrics.json, buckets.csv, the details directory (plot data, PNGs) and report.md."""
+    """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs) and
+    report.md."""
     details = Path(cfg.evaluate.details_dir)
-    write_json(cfg.paths.metrics, metrics)
+    numbers, texts = split_results(metrics)
+    write_json(cfg.paths.metrics, numbers)
+    write_json(cfg.paths.results, texts)
+    split = metrics["split"]
+    write_json(cfg.paths.headline, {"wer": metrics["word_error_rate"],
+                                    "per": metrics["token_error_rate"],
+                                    "ppl": metrics[f"{split}_perplexity"]})
     write_csv(cfg.paths.buckets, result.buckets)
     write_csv(details / "failure_rates.csv", failure_rate_table(result))
     if result.groups:
@@ -49,7 +75,8 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
                                            ("metrics by length bucket", "buckets.png"),
                                            ("failure-mode rates", "failure_rates.png"))}
     Path(cfg.paths.report).write_text(render_report(
-        metrics, result, header["decode"], eval_spec(cfg).rules.describe(), images),
+        metrics, result, header["decode"], eval_spec(cfg).rules.describe(), images,
+        training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
         encoding="utf-8")
 
 
@@ -74,8 +101,10 @@ def run(cfg: Config) -> Evaluated:
     tf = teacher_forced(cfg, SpecialIds(**tc["special_ids"]))
     result = evaluate_predictions(read_predictions(pred_path), eval_spec(cfg), tf[split])
     coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
+    _, meta = load_model(Path(cfg.paths.model))
     metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
-               "tokenizer_tgt_sha256": tc["tgt"]["sha256"], **prediction_metrics(result),
+               "tokenizer_tgt_sha256": tc["tgt"]["sha256"], "model_sha256": header["model_sha256"],
+               "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason

@@ -19,8 +19,10 @@ def evaluate_lm_stage(cfg: Config) -> None:
     """metrics.json, report.md, an empty bucket table, and one MLflow run."""
     result = evaluate_lm(cfg, lm_documents(cfg), Path(cfg.paths.model))
     print(f"[evaluate] contract: {result['signature']}", file=sys.stderr)
-    metrics = null_undefined({"task": "lm", "signature": result["signature"], **result["lm"]})
+    metrics = null_undefined(result["lm"])
     write_json(cfg.paths.metrics, metrics)
+    write_json(cfg.paths.results, {"task": "lm", "signature": result["signature"]})
+    write_json(cfg.paths.headline, {"ppl": metrics["test_ppl_carried"]})
     Path(cfg.paths.buckets).write_text("bucket,count\n")
     Path(cfg.evaluate.details_dir).mkdir(parents=True, exist_ok=True)
     lines = ["# Language-model report", "", f"Contract: `{result['signature']}`", "",
@@ -39,5 +41,6 @@ def evaluate_lm_stage(cfg: Config) -> None:
               "tags": {"contract.signature": result["signature"], "task": "lm",
                        "model.sha256": sha256_file(Path(cfg.paths.model))},
               "texts": {"params.yaml": Path("params.yaml").read_text(),
-                        "reports/metrics.json": Path(cfg.paths.metrics).read_text()}}
+                        "reports/metrics.json": Path(cfg.paths.metrics).read_text(),
+                        "reports/results.json": Path(cfg.paths.results).read_text()}}
     log_or_keep(record, Path(cfg.paths.mlflow_pending))

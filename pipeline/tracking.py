@@ -7,20 +7,23 @@ If the tracking store cannot be reached, the run's content is kept in a pending 
 from __future__ import annotations
 
 import argparse
+import base64
 import csv
+import getpass
 import json
 import math
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 from seqcore import __version__
 from seqcore.audit import upstream_lock_digest
-from seqcore.config import Config, as_dict, experiment_name, flatten
+from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
 from seqcore.signature import SIGNATURE_FORMAT, derived_params
@@ -30,6 +33,9 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100
 MAX_PARAM_CHARS = 6000  # MLflow param value limit
 MAX_KEY_CHARS = 250  # MLflow param/metric/tag key limit
+RUN_NAME_CHARS = 40  # the run table shows about this much of a name
+#: Marks the experiment as model training, not GenAI (the kind MLflow 3's UI offers first).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 TRAIN_CURVES = (("train.loss", "loss"), ("train.lr", "lr"), ("train.grad_norm", "grad_norm"),
                 ("train.ss_prob", "ss_prob"), ("dev.nll", "dev_nll"))
 
@@ -43,7 +49,10 @@ def tracking_uri(configured: str) -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI") or configured
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not Path(uri[len(prefix):]).is_absolute():
-        uri = prefix + str(Path.cwd() / uri[len(prefix):])
+        # DVC_ROOT is the user's repository, also inside a `dvc exp run --temp` or queued
+        # run (whose working directory is a temporary copy, deleted afterwards).
+        root = Path(os.environ.get("DVC_ROOT") or Path.cwd())
+        uri = prefix + str(root / uri[len(prefix):])
     return uri
 
 
@@ -177,22 +186,110 @@ def run_texts(cfg: Config, pred_path: Path) -> dict[str, str]:
     return texts
 
 
+def baseline_params(rev: str) -> dict[str, Any]:
+    """Flattened params of ``rev``'s params.yaml with defaults filled in ({} if unreadable)."""
+    import yaml  # noqa: PLC0415
+
+    res = subprocess.run(["git", "show", f"{rev}:params.yaml"], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:  # no commit yet, or params.yaml not committed
+        return {}
+    try:
+        return flatten(as_dict(config_from_dict(yaml.safe_load(res.stdout) or {})))
+    except (ValueError, TypeError, yaml.YAMLError):
+        return {}
+
+
+def changed_params(cfg: Config) -> dict[str, tuple[Any, Any]]:
+    """key -> (baseline value, this run's value) for every param that differs from the
+    baseline commit (DVC_EXP_BASELINE_REV inside `dvc exp run`, else HEAD)."""
+    base = baseline_params(os.environ.get("DVC_EXP_BASELINE_REV") or "HEAD")
+    if not base:
+        return {}
+    return {k: (base.get(k), v) for k, v in flatten(as_dict(cfg)).items() if base.get(k) != v}
+
+
+def run_name(exp: str | None, changed: dict[str, tuple[Any, Any]], sig8: str) -> str:
+    """Short, leading with what tells the run apart: the DVC experiment name, then up to
+    three changed params (last key part only); ``baseline-<sig>`` when nothing changed."""
+    parts = [exp] if exp else []
+    parts += [f"{k.rsplit('.', 1)[-1]}={param_text(v)}" for k, (_, v) in
+              sorted(changed.items())[:3]]
+    name = " ".join(parts) or f"baseline-{sig8}"
+    return name if len(name) <= RUN_NAME_CHARS else name[: RUN_NAME_CHARS - 1] + "…"
+
+
+def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, Any]]) -> str:
+    """The run's description (``mlflow.note.content``, Markdown): headline metrics and the
+    params that differ from the baseline."""
+    split = metrics.get("split", "test")
+    heads = [(label, metrics[k]) for label, k in (
+        ("WER", "word_error_rate"), ("PER", "token_error_rate"),
+        (f"{split} perplexity", f"{split}_perplexity"), ("exact match", "exact_match"))
+        if isinstance(metrics.get(k), (int, float))]
+    lines = [f"**{name}**", "", " · ".join(f"{label} {v:.4f}" for label, v in heads), ""]
+    if changed:
+        lines += ["Params changed from the baseline:", ""] + [
+            f"- `{k}`: {param_text(a)} → {param_text(b)}"
+            for k, (a, b) in sorted(changed.items())]
+    else:
+        lines.append("Baseline params (no change from the commit).")
+    return "\n".join(lines)
+
+
+def split_counts(numeric: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(metrics, count tags): integer values (sequence and token counts, denominators) are
+    not charted as metrics but kept as ``count.<key>`` tags next to the rates they divide."""
+    counts = {k: v for k, v in numeric.items() if isinstance(v, int)}
+    return ({k: v for k, v in numeric.items() if k not in counts},
+            {f"count.{k}": str(v) for k, v in counts.items()})
+
+
+def source_tags(commit: str) -> dict[str, str]:
+    """MLflow's standard source and user tags (the UI's Source and User columns)."""
+    tags = {"mlflow.source.name": "dvc.yaml:evaluate", "mlflow.source.type": "LOCAL",
+            "mlflow.user": getpass.getuser()}
+    if commit != "none":
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+def run_images(details: Path) -> dict[str, str]:
+    """plots/<name>.png -> base64 of the report's PNG plots (kept in the record for replay)."""
+    return {f"plots/{p.name}": base64.b64encode(p.read_bytes()).decode("ascii")
+            for p in sorted(details.glob("*.png"))}
+
+
 def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: dict[str, Any],
                  pred_path: Path) -> dict[str, Any]:
     """Everything one MLflow run holds, as plain JSON (so it can be kept and replayed)."""
     tc = json.loads((Path(cfg.paths.tokenizer) / "contract.json").read_text())
     numeric = {k: v for k, v in flatten(metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    exp = os.environ.get("DVC_EXP_NAME")
-    name = (f"{cfg.task}-{cfg.model.family}-{cfg.decode.strategy}-data{tc['data_sha256'][:8]}"
-            f"-sig{digest(sig)[:8]}" + (f"-{exp}" if exp else ""))
-    # Text values of metrics.json (metric signatures, the split) are not metrics: keep them
-    # as tags so nothing of metrics.json is dropped.
+    changed = changed_params(cfg)
+    name = run_name(os.environ.get("DVC_EXP_NAME"), changed, digest(sig)[:8])
+    numeric, counts = split_counts(numeric)
+    # Text values of the results (metric signatures, the split) are not metrics: keep them
+    # as tags so nothing of metrics.json/results.json is dropped.
     texts = {f"metrics.{k}": v for k, v in flatten(metrics).items() if isinstance(v, str)}
+    tags = texts | counts | run_tags(cfg, sig, tc, header)
+    tags |= source_tags(tags.get("git.commit", "none"))
+    tags["mlflow.note.content"] = run_note(name, metrics, changed)
     return {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": experiment_name(cfg),
             "run_name": name, "params": contract_params(cfg, tc, sig), "metrics": numeric,
             "steps": train_curve(Path(cfg.paths.train_log)),
-            "tags": texts | run_tags(cfg, sig, tc, header), "texts": run_texts(cfg, pred_path)}
+            "tags": tags, "texts": run_texts(cfg, pred_path),
+            "images": run_images(Path(cfg.evaluate.details_dir))}
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts of a sqlite store live next to the database (MLflow's default, ./mlruns,
+    is relative to the working directory: inside `dvc exp run --temp` a folder deleted
+    after the run). None (the server's default) for any other store."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix):
+        return None
+    return (Path(uri[len(prefix):]).parent / "mlruns" / experiment).as_uri()
 
 
 def log_run(record: dict[str, Any]) -> str:
@@ -203,7 +300,11 @@ def log_run(record: dict[str, Any]) -> str:
 
     client = mlflow.MlflowClient(tracking_uri=record["uri"])
     exp = client.get_experiment_by_name(record["experiment"])
-    exp_id = exp.experiment_id if exp else client.create_experiment(record["experiment"])
+    exp_id = exp.experiment_id if exp else client.create_experiment(
+        record["experiment"], artifact_location=artifact_location(record["uri"],
+                                                                  record["experiment"]))
+    if not exp or EXPERIMENT_KIND[0] not in exp.tags:
+        client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     run = client.create_run(exp_id, run_name=record["run_name"])
     rid = run.info.run_id
     params = [Param(k, v) for k, v in param_items(record["params"])]
@@ -218,6 +319,11 @@ def log_run(record: dict[str, Any]) -> str:
         client.log_batch(rid, tags=tags[i : i + MAX_TAGS_PER_BATCH])
     for name, text in sorted(record.get("texts", {}).items()):
         client.log_text(rid, text, name)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in sorted(record.get("images", {}).items()):
+            local = Path(tmp) / Path(name).name
+            local.write_bytes(base64.b64decode(data))
+            client.log_artifact(rid, str(local), str(Path(name).parent))
     client.set_terminated(rid)
     return rid
 

@@ -81,8 +81,10 @@ def main() -> None:
         "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,
         "best_step": state.best_step, "best_dev_nll": state.best_dev,
         "final_loss": state.history[-1][3] if state.history else None,
-        "model_sha256": sha, "selected": cfg.train.select, "selected_step": selected_step,
-        "checkpoints": str(ckpt.root), **setup.report()}))
+        "selected_step": selected_step, **setup.report()}))
+    # Numbers only in the metrics file (`dvc exp show` columns); the model hash is in its
+    # sidecar, and evaluate's results.json names the checkpoint folder.
+    print(f"[train] model sha256 {sha}; checkpoints in {ckpt.root}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,12 @@ class PathsConfig:
     train_metrics: str = "reports/train_metrics.json"
     predictions: str = "predictions"
     metrics: str = "reports/metrics.json"
+    # Text results (signatures, hashes, checkpoint folder): kept out of the metrics files so
+    # `dvc exp show` and `dvc metrics diff` list numbers only.
+    results: str = "reports/results.json"
+    # WER, PER and perplexity under short names: the columns of the documented
+    # `dvc exp show` command (docs/experiments.md), which must fit 120 characters.
+    headline: str = "reports/headline.json"
     buckets: str = "reports/buckets.csv"
     report: str = "reports/report.md"
     mlflow_pending: str = "reports/mlflow_pending.json"

@@ -213,7 +213,7 @@ def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> 
     ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
     metrics = {"split": "test", "signature": "task:g2p|data:abc|version:1"} | prediction_metrics(ev)
     text = render_report(metrics, ev, {"strategy": "greedy", "max_len": 32},
-                         eval_spec(config_from_dict({})).rules.describe(), {"t": "x.png"})
+                         eval_spec(config_from_dict({})).rules.describe(), {"t": "x.png"}, [])
     for needle in ("## Headline", "## By reference length", "| 1-4 | 8 |", "## Failure modes",
                    "`src4` → `∅` (`D AO G`)", "\"strategy\": \"greedy\"", "| data | abc |",
                    "3 times back to back", "![t](x.png)"):

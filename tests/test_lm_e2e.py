@@ -26,7 +26,8 @@ def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(tmp_path: P
     out = dvc(repo, "repro")
     assert "task lm: nothing to decode" in out
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert metrics["task"] == "lm" and metrics["signature"].startswith("task:lm|")
+    results = json.loads((repo / "reports/results.json").read_text())
+    assert results["task"] == "lm" and results["signature"].startswith("task:lm|")
     for split in ("dev", "test"):
         assert metrics[f"{split}_ppl_carried"] > 1.0
         assert metrics[f"{split}_ppl_reset_every_segment"] > 1.0

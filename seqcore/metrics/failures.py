@@ -94,6 +94,15 @@ def failure_kinds(row: PredictionRow, rules: FailureRules,
     return found
 
 
+def distinct_sources(rows: list[PredictionRow]) -> list[PredictionRow]:
+    """The first row of each source: a word with several references fails the same way
+    under each of them, and one example of it is enough."""
+    first: dict[str, PredictionRow] = {}
+    for r in rows:
+        first.setdefault(r.source, r)
+    return list(first.values())
+
+
 def failure_modes(rows: list[PredictionRow], rules: FailureRules,
                   illegal: Callable[[str], bool] | None) -> dict[str, dict]:
     """Counts, rates and up to ``rules.examples`` examples of each mode, the rate of
@@ -110,7 +119,8 @@ def failure_modes(rows: list[PredictionRow], rules: FailureRules,
     out: dict[str, dict] = {
         kind: {"count": len(found), "rate": ratio(len(found), len(rows)),
                "examples": [{"id": r.id, "source": r.source, "reference": r.reference,
-                             "hypothesis": r.hypothesis} for r in found[: rules.examples]]}
+                             "hypothesis": r.hypothesis}
+                            for r in distinct_sources(found)[: rules.examples]]}
         for kind, found in hits.items()}
     out["repeated_ngrams"] = {"count": rep, "ngrams": grams, "rate": ratio(rep, grams)}
     out["length_ratio"] = {

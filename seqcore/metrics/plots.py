@@ -15,7 +15,10 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-BUCKET_SERIES = ("exact_match", "token_error_rate", "fr_token_accuracy", "tf_token_accuracy")
+#: (column, axis title) of the bucket panels: the same series as dvc.yaml's bucket plots.
+BUCKET_SERIES = (("word_error_rate", "word error rate"),
+                 ("token_error_rate", "token error rate (PER)"),
+                 ("exposure_bias_gap", "exposure-bias gap"))
 
 
 def _number(text: str) -> float:
@@ -43,19 +46,17 @@ def training_curve_png(train_log: Path, out: Path) -> None:
 
 
 def bucket_png(buckets: list[dict[str, Any]], out: Path) -> None:
-    """Grouped bars of the main rates per reference-length bucket, counts under the labels."""
-    series = [s for s in BUCKET_SERIES if buckets and s in buckets[0]]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    width = 0.8 / max(len(series), 1)
-    for k, name in enumerate(series):
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(buckets))]
-        ax.bar(xs, [b[name] for b in buckets], width, label=name)
-    ax.set_xticks(range(len(buckets)),
-                  [f"{b['bucket']}\n(n={b['count']})" for b in buckets])
-    ax.set_xlabel("reference length (tokens)")
-    ax.set_ylim(0, max(1.0, *(b[s] for b in buckets for s in series if not math.isnan(b[s]))))
-    ax.set_title("Metrics by reference-length bucket")
-    ax.legend(fontsize=7)
+    """One panel of horizontal bars per series, by reference-length bucket (with counts)."""
+    series = [(c, t) for c, t in BUCKET_SERIES if buckets and c in buckets[0]]
+    fig, axes = plt.subplots(1, max(len(series), 1), figsize=(9, 3.2), sharey=True,
+                             squeeze=False)
+    labels = [f"{b['bucket']} (n={b['count']})" for b in buckets]
+    for ax, (col, title) in zip(axes[0], series, strict=False):
+        ax.barh(labels, [b[col] for b in buckets], color="tab:blue")
+        ax.set_xlabel(title)
+    axes[0][0].invert_yaxis()  # shared: shortest bucket on top in every panel
+    axes[0][0].set_ylabel("reference length (tokens)")
+    fig.suptitle("Metrics by reference-length bucket")
     _save(fig, out)
 
 

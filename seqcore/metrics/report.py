@@ -24,6 +24,9 @@ _HEADLINE = (
     ("fr_token_accuracy", "reference tokens + EOS (`fr_accuracy_tokens`)"),
     ("exposure_bias_gap", "tf_token_accuracy - fr_token_accuracy"),
 )
+#: The report's bucket table (buckets.csv has every column).
+_BUCKET_COLS = ("bucket", "count", "word_error_rate", "token_error_rate", "exact_match",
+                "perplexity", "exposure_bias_gap")
 _SPLIT_KEYS = ("token_nll", "perplexity", "ppl_denominator_tokens", "sequence_mean_nll",
                "sequences", "tf_token_accuracy")
 
@@ -52,6 +55,36 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     cols = list(rows[0])
     return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows])
+
+
+def _lead(metrics: dict[str, Any]) -> list[str]:
+    """WER, PER and perplexity first: the three numbers a G2P result is judged by."""
+    split = metrics["split"]
+    lead = (("WER (word error rate, 1 - exact_match)", "word_error_rate"),
+            ("PER (phoneme/token error rate)", "token_error_rate"),
+            (f"perplexity ({split}, teacher-forced, per target token)", f"{split}_perplexity"))
+    return ["| headline | value |", "|---|---|"] + [
+        f"| {name} | {fmt(metrics[k])} |" for name, k in lead if k in metrics]
+
+
+def training_summary(train_metrics: dict[str, Any], train_log: Path) -> list[str]:
+    """Steps, epochs, wall time and the selected checkpoint, as Markdown lines.
+
+    Wall time is the sum of tokens / (tokens per second) over the steps timed by this run;
+    steps restored from a checkpoint carry no timing and are not counted.
+    """
+    with open(train_log, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    timed = [float(r["tokens"]) / float(r["tokens_per_s"]) for r in rows
+             if r.get("tokens_per_s") not in (None, "") and float(r["tokens_per_s"]) > 0]
+    epochs = int(float(rows[-1]["epoch"])) + 1 if rows else 0
+    wall = (f"{sum(timed):.0f} s over the {len(timed)} steps timed by the last run"
+            if timed else "not timed (every step was restored from a checkpoint)")
+    selected = train_metrics.get("selected_step", train_metrics.get("steps"))
+    return [f"Training: {train_metrics.get('steps')} steps, {epochs} epoch(s) started, "
+            f"{train_metrics.get('tokens')} target tokens; wall time {wall}; selected "
+            f"checkpoint: step {selected} (best dev NLL {fmt(train_metrics.get('best_dev_nll'))} "
+            f"at step {train_metrics.get('best_step')})."]
 
 
 def _headline(metrics: dict[str, Any]) -> list[str]:
@@ -91,8 +124,9 @@ def _failures(ev: Evaluation, rules: dict[str, str]) -> list[str]:
 
 
 def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any],
-                  rules: dict[str, str], images: dict[str, str]) -> str:
-    """Markdown: headline, bucket, group and failure-mode tables, images, exact settings.
+                  rules: dict[str, str], images: dict[str, str], training: list[str]) -> str:
+    """Markdown: WER/PER/perplexity, training summary, headline, bucket, group and
+    failure-mode tables, images, exact settings.
 
     Args:
         metrics: the metrics.json content.
@@ -100,13 +134,16 @@ def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any
         decode: the decode settings recorded in the predictions header.
         rules: failure rules in words (FailureRules.describe()).
         images: title -> PNG path relative to the report.
+        training: the training summary lines (training_summary()).
     """
-    lines = [f"# Evaluation report ({metrics['split']} split)", "", "## Headline", ""]
+    lines = [f"# Evaluation report ({metrics['split']} split)", ""] + _lead(metrics)
+    lines += [""] + training + ["", "## Headline", ""]
     lines += _headline(metrics)
     lines += ["", "## By reference length", "",
               "Buckets of reference length in tokens (EOS not counted); `count` sequences "
-              "each. BLEU/chrF/TER are corpus scores of the bucket.", ""]
-    lines += _table(ev.buckets)
+              "each. Every column (BLEU/chrF/TER of the bucket, NLL, accuracies) is in "
+              "buckets.csv.", ""]
+    lines += _table([{c: b[c] for c in _BUCKET_COLS if c in b} for b in ev.buckets])
     if ev.groups:
         lines += ["", "## By group", "", f"{len(ev.groups)} groups (also in groups.csv).", ""]
         lines += _table(ev.groups[:50])

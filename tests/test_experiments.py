@@ -1,0 +1,184 @@
+"""Experiments the way docs/experiments.md runs them: each from the baseline, checkpoints that
+never make a stage stale, a readable `dvc exp show`, and MLflow runs that tell apart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+from pipeline.progress import in_chunks
+from pipeline.tracking import run_name, split_counts
+from seqcore.config import config_from_dict, flatten
+from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
+from seqcore.metrics.failures import FailureRules, failure_modes
+from seqcore.metrics.recompute import eval_spec
+from seqcore.metrics.report import render_report, training_summary
+from tests.conftest import REPO, TINY_PARAMS, copy_repo
+from tests.test_evaluation import make_rows
+from tests.test_pipeline_e2e import dvc
+
+DOC = REPO / "docs/experiments.md"
+EXPERIMENTS = {"lr-half": ["-S", "train.lr=0.5"],
+               "beam3": ["-S", "decode.strategy=beam", "-S", "decode.beam_size=3"]}
+
+
+def documented_exp_show() -> list[str]:
+    """The `dvc exp show` command of docs/experiments.md (the test runs what users read)."""
+    line = next(ln for ln in DOC.read_text().splitlines() if ln.startswith("dvc exp show --"))
+    return shlex.split(line)
+
+
+# -- unit level -------------------------------------------------------------------------------
+def test_run_name_leads_with_the_experiment_then_changed_params_and_stays_short() -> None:
+    assert run_name("lr-half", {"train.lr": (1.0, 0.5)}, "abcd1234") == "lr-half lr=0.5"
+    assert run_name(None, {}, "abcd1234") == "baseline-abcd1234"
+    many = {f"decode.p{i}": (0, "x" * 20) for i in range(5)}
+    assert len(run_name("exp", many, "abcd1234")) <= 40
+
+
+def test_counts_and_denominators_are_tags_not_charted_metrics() -> None:
+    metrics, tags = split_counts({"exact_match": 0.5, "examples": 24, "test_perplexity": 2.0,
+                                  "failures.empty.count": 0, "failures.empty.rate": 0.0})
+    assert metrics == {"exact_match": 0.5, "test_perplexity": 2.0, "failures.empty.rate": 0.0}
+    assert tags == {"count.examples": "24", "count.failures.empty.count": "0"}
+
+
+def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path: Path) -> None:
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    split_figures = ("token_nll", "perplexity", "ppl_denominator_tokens", "sequence_mean_nll",
+                     "sequences", "tf_token_accuracy")
+    metrics = {"split": "test", "signature": "task:g2p|v:1"} | prediction_metrics(ev) \
+        | {f"test_{k}": 1.5 for k in split_figures}
+    log = tmp_path / "log.csv"
+    log.write_text("step,epoch,tokens,tokens_per_s\n1,0,100,50\n2,1,100,100\n")
+    summary = training_summary({"steps": 2, "tokens": 200, "selected_step": 2, "best_step": 2,
+                                "best_dev_nll": 0.5}, log)
+    assert "2 steps, 2 epoch(s)" in summary[0] and "wall time 3 s" in summary[0]
+    text = render_report(metrics, ev, {}, eval_spec(config_from_dict({})).rules.describe(),
+                         {}, summary)
+    head = text.split("## Headline")[0]
+    assert head.index("WER") < head.index("PER") < head.index("perplexity") < head.index("steps")
+    bucket_header = next(ln for ln in text.splitlines() if ln.startswith("| bucket |"))
+    assert bucket_header.count("|") - 1 <= 8  # fits a page; buckets.csv has every column
+
+
+def test_failure_examples_show_each_source_once() -> None:
+    rows = make_rows()
+    twins = [type(r)(**{**r.__dict__, "id": r.id + "b"}) for r in rows]  # same sources again
+    modes = failure_modes(rows + twins, FailureRules(2, 3, 10), None)
+    for kind in ("empty", "truncated"):
+        sources = [e["source"] for e in modes[kind]["examples"]]
+        assert sources and len(sources) == len(set(sources)), kind
+
+
+def test_progress_prints_periodic_lines_off_a_terminal(capsys: pytest.CaptureFixture) -> None:
+    chunks = list(in_chunks(list(range(100)), 2, "decode"))
+    assert sum(len(c) for c in chunks) == 100 and all(len(c) % 2 == 0 for c in chunks)
+    lines = capsys.readouterr().err.splitlines()
+    assert 2 <= len(lines) <= 11 and lines[-1].startswith("[decode] 100/100 examples")
+
+
+def test_offline_plot_template_inlines_the_chart_library() -> None:
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        from offline_plots import template_html  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    html = template_html()
+    assert "{plot_divs}" in html and "window.vegaEmbed" in html
+    assert "<script src" not in html and "{scripts}" not in html  # no CDN tags
+
+
+# -- end to end: a committed baseline and two `--temp` experiments ------------------------------
+@pytest.fixture(scope="module")
+def exps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    repo = copy_repo(tmp_path_factory.mktemp("exps"), TINY_PARAMS)
+    dvc(repo, "repro")
+    for cmd in (["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t",
+                                       "commit", "-qm", "baseline"]):
+        subprocess.run(cmd, cwd=repo, check=True)
+    logs = {name: dvc(repo, "exp", "run", "--temp", "-n", name, *sets)
+            for name, sets in EXPERIMENTS.items()}
+    return repo, logs
+
+
+@pytest.mark.e2e
+def test_each_temp_experiment_starts_from_the_baseline(exps: tuple[Path, dict[str, str]]) -> None:
+    repo, _ = exps
+    base = flatten(yaml.safe_load((repo / "params.yaml").read_text()))
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True,
+                              text=True, check=True).stdout  # workspace untouched
+    shown = json.loads(dvc(repo, "exp", "show", "--json", "--no-pager").strip())
+    params = {e["name"]: flatten(e["data"]["params"]["params.yaml"]["data"])
+              for row in shown for x in row.get("experiments") or [] for e in x["revs"]}
+    assert params["lr-half"] == base | {"train.lr": 0.5}
+    assert params["beam3"] == base | {"decode.strategy": "beam", "decode.beam_size": 3}
+
+
+@pytest.mark.e2e
+def test_checkpoints_never_make_a_stage_stale(exps: tuple[Path, dict[str, str]]) -> None:
+    repo, logs = exps
+    assert "Running stage 'train'" in logs["lr-half"]
+    ran = [ln.split("'")[1] for ln in logs["beam3"].splitlines() if ln.startswith("Running stage")]
+    assert ran == ["decode", "evaluate"]
+    (repo / "checkpoints/0123456789ab").mkdir(parents=True)  # what a new training contract adds
+    (repo / "checkpoints/0123456789ab/ckpt-00000001.pt").write_bytes(b"x")
+    assert "up to date" in dvc(repo, "status")
+
+
+@pytest.mark.e2e
+def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]]) -> None:
+    repo, _ = exps
+    env = dict(os.environ, COLUMNS="120",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    cmd = documented_exp_show()
+    out = subprocess.run([shutil.which("dvc", path=env["PATH"]), *cmd[1:], "--no-pager"],
+                         cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+    assert max(len(ln) for ln in out.splitlines()) <= 120 and "…" not in out, out
+    for column in ("wer", "per", "ppl", "train.lr", "decode.strategy", "decode.beam_size",
+                   "lr-half", "beam3"):
+        assert column in out, column
+    for name in ("headline.json", "metrics.json", "train_metrics.json"):
+        numbers = flatten(json.loads((repo / "reports" / name).read_text()))
+        assert all(isinstance(v, (int, float)) for v in numbers.values()), name
+    assert "|" in json.loads((repo / "reports/results.json").read_text())["signature"]
+
+
+@pytest.mark.e2e
+def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, str]]) -> None:
+    repo, _ = exps
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert exp.artifact_location == (repo / "mlruns/seqcore-g2p").as_uri()  # not in a temp dir
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert set(runs) == {next(n for n in runs if n.startswith("baseline-")), "lr-half lr=0.5",
+                         "beam3 beam_size=3 strategy=beam"}
+    note = runs["lr-half lr=0.5"].data.tags["mlflow.note.content"]
+    assert "WER" in note and "PER" in note and "`train.lr`: 1.0 → 0.5" in note
+    for run in runs.values():
+        tags = run.data.tags
+        assert {"mlflow.source.name", "mlflow.source.type", "mlflow.user",
+                "mlflow.source.git.commit", "count.examples"} <= set(tags)
+        assert "examples" not in run.data.metrics and "word_error_rate" in run.data.metrics
+        plots = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+        assert "plots/training_curve.png" in plots
+
+
+def test_a_relative_sqlite_store_is_the_users_repo_also_inside_a_temp_experiment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pipeline.tracking import tracking_uri  # noqa: PLC0415
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)  # a `dvc exp run --temp` works in a copy under .dvc/tmp/exps
+    monkeypatch.setenv("DVC_ROOT", "/home/user/repo")  # set by DVC to the user's repository
+    assert tracking_uri("sqlite:///mlflow.db") == "sqlite:////home/user/repo/mlflow.db"
