@@ -26,6 +26,7 @@ from pipeline.tracking import contract_params, param_items, read_yaml12, trackin
 from seqcore import audit as A
 from seqcore.config import Config, as_dict, config_from_dict, flatten, load_config
 from seqcore.contract import SpecialIds
+from seqcore.credentials import redact_text
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.metrics.recompute import recompute_metrics
@@ -130,7 +131,8 @@ def mlflow_checks(cfg: Config, tc: dict[str, Any], metrics: dict[str, Any],
     try:
         run = find_run(cfg, run_id)
     except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
-        return diffs + [f"cannot read the MLflow run: {type(err).__name__}: {err}"]
+        return diffs + [redact_text(f"cannot read the MLflow run: {type(err).__name__}: {err}",
+                                    (tracking_uri(cfg.mlflow.tracking_uri),))]
     sig = contract_signature(cfg, tc)
     want = dict(param_items(contract_params(cfg, tc, sig)))
     got = run.data.params

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import yaml
 
+from seqcore.credentials import has_credentials
+
 
 class ConfigError(ValueError):
     """A params.yaml value is missing, unknown, of the wrong type or inconsistent."""
@@ -361,3 +363,7 @@ def _check(cfg: Config) -> None:
         raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
     if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
         raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")
+    if has_credentials(cfg.mlflow.tracking_uri):  # params.yaml is committed and logged (#15)
+        raise ConfigError("mlflow.tracking_uri: carries a password or token; params.yaml is "
+                          "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "
+                          "and MLFLOW_TRACKING_PASSWORD) in the environment instead")
