@@ -7,7 +7,9 @@ If the tracking store cannot be reached, the run's content is kept in a pending 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import io
 import json
 import os
 import signal
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +189,19 @@ def log_run(record: dict[str, Any]) -> str:
     return rid
 
 
+@contextlib.contextmanager
+def redacted_console(uri: str) -> Iterator[None]:
+    """Pass what is printed inside on without the credentials of ``uri`` (MLflow prints links
+    to the run built from the tracking URI, user-info included)."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield
+    finally:
+        sys.stdout.write(redact_text(out.getvalue(), (uri,)))
+        sys.stderr.write(redact_text(err.getvalue(), (uri,)))
+
+
 def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     """Log the run; on any tracking failure keep the record in ``pending`` and warn once."""
     # MLflow's default (7 retries, exponential backoff) keeps an unreachable server busy for
@@ -193,7 +209,8 @@ def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     uri = record["uri"]
     try:
-        rid = log_run(record)
+        with redacted_console(uri):
+            rid = log_run(record)
     except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)
         kept = json.loads(pending.read_text()) if pending.exists() else []
         pending.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +253,8 @@ def replay(pending: Path, uri: str, seconds: float) -> int:
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         for record in records:
-            rid = log_run(record | {"uri": uri})
+            with redacted_console(uri):
+                rid = log_run(record | {"uri": uri})
             done += 1
             print(f"logged run {rid} ({record['run_name']})", file=sys.stderr)
     except ReplayDeadline:
