@@ -214,8 +214,8 @@ def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)
         kept = json.loads(pending.read_text()) if pending.exists() else []
         pending.parent.mkdir(parents=True, exist_ok=True)
-        # The replay resolves the store again (replay_store), so the address kept here is for
-        # people only, and without its credentials.
+        # The replay resolves the store again (as a run does), so the address kept here is
+        # for people only, and without its credentials.
         kept.append(record | {"uri": redact_uri(uri)})
         pending.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
         print(redact_text(f"WARNING: MLflow store {uri} unreachable ({type(err).__name__}: "
@@ -225,6 +225,13 @@ def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     print(f"[mlflow] run {rid} in {redact_uri(uri)} (experiment {record['experiment']})",
           file=sys.stderr)
     return rid
+
+
+#: How long a replay tries before it gives up (``--timeout``), and the HTTP client's settings
+#: under it unless the environment says otherwise: MLflow's defaults (7 retries, 120 s per
+#: request) kept an unreachable server busy for over 4 minutes (#15).
+REPLAY_SECONDS = 60.0
+REPLAY_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 
 class ReplayDeadline(BaseException):
@@ -273,13 +280,6 @@ def replay(pending: Path, uri: str, seconds: float) -> int:
     else:
         pending.unlink()
     return len(left)
-
-
-#: How long a replay tries before it gives up (``--timeout``), and the HTTP client's settings
-#: under it unless the environment says otherwise: MLflow's defaults (7 retries, 120 s per
-#: request) kept an unreachable server busy for over 4 minutes (#15).
-REPLAY_SECONDS = 60.0
-REPLAY_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 
 def main() -> None:

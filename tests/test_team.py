@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 DVC_BUCKET, MLFLOW_BUCKET = "seqcore-dvc", "seqcore-mlflow"
 ARTIFACTS = f"s3://{MLFLOW_BUCKET}/artifacts"
 EXPERIMENT = "seqcore-g2p"
-#: Person A's tracking URI carries this password; it must show up nowhere (#15, secrets).
-TRACKING_SECRET = "team-s3cret-pw"
+#: Person A's tracking URI carries this password, and a second (unused) DVC remote's URL in
+#: her local config this one; they must show up nowhere (#15, secrets).
+TRACKING_SECRET, REMOTE_SECRET = "team-s3cret-pw", "remote-s3cret-pw"
 
 #: The commands of docs/team.md, in the order the two people run them. ``{s3}`` and
 #: ``{mlflow}`` are the test servers here and the example addresses on the page.
@@ -137,6 +138,7 @@ def person_a(team: Team, tmp_path_factory: pytest.TempPathFactory) -> PersonA:
     env = base_env()
     for command in SETUP_A:
         sh(repo, command.format(**team.values()), env)
+    sh(repo, f"dvc remote add --local mirror https://bob:{REMOTE_SECRET}@dvc.example.org/c", env)
     git(repo, "add", ".dvc/config")
     git(repo, "commit", "-qm", "team DVC remote")
     env["MLFLOW_TRACKING_URI"] = with_password(team.mlflow)
@@ -175,6 +177,7 @@ def audit(repo: Path, env: dict[str, str], url: str, *args: str, ok: bool = True
 
 # --- the two-person flow --------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_second_clone_pulls_a_complete_result_that_audits_without_running_a_stage(
         person_b: tuple[Path, dict[str, str]], team: Team) -> None:
     repo, env = person_b
@@ -194,6 +197,7 @@ def artifact_names(client: object, run_id: str, path: str | None = None) -> list
     return names
 
 
+@pytest.mark.e2e
 def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
         tmp_path: Path) -> None:
@@ -209,8 +213,11 @@ def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
             run_id=person_a.run_id, artifact_path=name, dst_path=str(tmp_path),
             tracking_uri=team.mlflow)
         assert Path(fetched).read_bytes() == stored, name
-        # dvc.lock is logged as evaluate saw it, before its own entry was written.
+        # dvc.lock is logged as evaluate saw it, before its own entry was written; the
+        # report's PNGs are logged under plots/ (issue 14).
         pulled = person_b[0] / name
+        if name.startswith("plots/"):
+            pulled = person_b[0] / "reports/evaluation" / Path(name).name
         if pulled.is_file() and name != "dvc.lock":
             assert pulled.read_bytes() == stored, name
             compared.add(name)
@@ -225,6 +232,7 @@ def lock_md5(repo: Path, path: str) -> str:
                 if o["path"] == path)
 
 
+@pytest.mark.e2e
 def test_a_replaced_model_object_in_the_remote_is_named_at_pull_and_by_the_audit(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
     md5 = lock_md5(person_a.repo, "models/model.pt")
@@ -267,6 +275,7 @@ def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
 WHEN_RAN_TAGS = ("git.commit", "git.dirty", "dvc.lock.sha256")
 
 
+@pytest.mark.e2e
 def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_audit(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
         tmp_path: Path) -> None:
@@ -293,6 +302,7 @@ def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_au
         "audit: PASSED")
 
 
+@pytest.mark.e2e
 def test_credentials_reach_no_param_tag_artifact_commit_or_console(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
     import mlflow  # noqa: PLC0415
@@ -302,8 +312,9 @@ def test_credentials_reach_no_param_tag_artifact_commit_or_console(
     logged = json.dumps({k: v for k, v in run.items() if k != "artifacts"})
     logged += "".join(b.decode("utf-8", "replace") for b in run["artifacts"].values())
     history = git(person_a.repo, "log", "-p", "--all")
-    assert S3_SECRET in (person_a.repo / ".dvc/config.local").read_text()  # really configured
-    for secret in (TRACKING_SECRET, S3_SECRET):
+    local = (person_a.repo / ".dvc/config.local").read_text()
+    assert S3_SECRET in local and REMOTE_SECRET in local  # really configured
+    for secret in (TRACKING_SECRET, S3_SECRET, REMOTE_SECRET):
         assert secret not in logged and secret not in history and secret not in person_a.console
     assert f"in {redact_uri(with_password(team.mlflow))}" in person_a.console  # the [mlflow] line
 
