@@ -27,9 +27,10 @@ from typing import Any
 from pipeline import audit_rederive as R
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
-from pipeline.tracking import build_record, read_yaml12
+from pipeline.tracking import build_record, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.config import Config, as_dict, load_config
+from seqcore.credentials import redact_text
 from seqcore.environment import environment_diffs as environment_differences
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
@@ -115,6 +116,16 @@ def environment_diffs(meta: dict[str, Any], header: dict[str, Any], run: Any) ->
     return diffs
 
 
+def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
+    """The MLflow run to compare, or why it cannot be read (the store's password masked)."""
+    try:
+        return find_run(cfg, run_id), None
+    except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
+        uri = tracking_uri(cfg.mlflow.tracking_uri)
+        return None, redact_text(f"cannot read the MLflow run: {type(err).__name__}: {err}",
+                                 (uri,))
+
+
 def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bool = True,
           strict_env: bool = False, rebuild: bool = False) -> A.AuditReport:
     """Run every check in the current directory (a repository with a pipeline result)."""
@@ -143,10 +154,9 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     _run(report, "training record", lambda: R.training_diffs(cfg, meta()))
     run = None
     if use_mlflow:
-        try:
-            run = find_run(cfg, run_id)
-        except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
-            report.not_run("mlflow run", f"cannot read the run: {type(err).__name__}: {err}")
+        run, reason = read_run(cfg, run_id)
+        if reason:
+            report.not_run("mlflow run", reason)
         else:
             _run(report, "mlflow run", lambda: mlflow_diffs(
                 cfg, run, expected_record(cfg, done), lock))

@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import csv
 import getpass
+import io
 import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from seqcore import __version__
 from seqcore.audit import upstream_lock_digest
-from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten
+from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
+from seqcore.credentials import redact_text, redact_uri
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
 from seqcore.signature import SIGNATURE_FORMAT, derived_params
@@ -328,47 +334,117 @@ def log_run(record: dict[str, Any]) -> str:
     return rid
 
 
+@contextlib.contextmanager
+def redacted_console(uri: str) -> Iterator[None]:
+    """Pass what is printed inside on without the credentials of ``uri`` (MLflow prints links
+    to the run built from the tracking URI, user-info included)."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield
+    finally:
+        sys.stdout.write(redact_text(out.getvalue(), (uri,)))
+        sys.stderr.write(redact_text(err.getvalue(), (uri,)))
+
+
 def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
     """Log the run; on any tracking failure keep the record in ``pending`` and warn once."""
     # MLflow's default (7 retries, exponential backoff) keeps an unreachable server busy for
     # minutes; the run is kept anyway, so fail sooner unless the user chose otherwise.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    uri = record["uri"]
     try:
-        rid = log_run(record)
+        with redacted_console(uri):
+            rid = log_run(record)
     except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)
         kept = json.loads(pending.read_text()) if pending.exists() else []
         pending.parent.mkdir(parents=True, exist_ok=True)
-        pending.write_text(json.dumps(kept + [record], indent=1, sort_keys=True,
-                                      allow_nan=False) + "\n")
-        print(f"WARNING: MLflow store {record['uri']} unreachable ({type(err).__name__}: {err}); "
-              f"run kept in {pending}; log it later with `python -m pipeline.tracking --replay`",
-              file=sys.stderr)
+        # The replay resolves the store again (as a run does), so the address kept here is
+        # for people only, and without its credentials.
+        kept.append(record | {"uri": redact_uri(uri)})
+        pending.write_text(json.dumps(kept, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        print(redact_text(f"WARNING: MLflow store {uri} unreachable ({type(err).__name__}: "
+                          f"{err}); run kept in {pending}; log it later with "
+                          "`python -m pipeline.tracking --replay`", (uri,)), file=sys.stderr)
         return None
-    print(f"[mlflow] run {rid} in {record['uri']} (experiment {record['experiment']})",
+    print(f"[mlflow] run {rid} in {redact_uri(uri)} (experiment {record['experiment']})",
           file=sys.stderr)
     return rid
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Replay runs kept while MLflow was unreachable")
-    parser.add_argument("--replay", default="reports/mlflow_pending.json")
-    args = parser.parse_args()
-    pending = Path(args.replay)
-    if not pending.exists():
-        print("nothing pending")
-        return
-    left = []
-    for record in json.loads(pending.read_text()):
-        record["uri"] = tracking_uri(record["uri"])
-        try:
-            print(f"logged {log_run(record)}")
-        except Exception as err:  # noqa: BLE001
-            print(f"still unreachable: {err}", file=sys.stderr)
-            left.append(record)
+#: How long a replay tries before it gives up (``--timeout``), and the HTTP client's settings
+#: under it unless the environment says otherwise: MLflow's defaults (7 retries, 120 s per
+#: request) kept an unreachable server busy for over 4 minutes (#15).
+REPLAY_SECONDS = 60.0
+REPLAY_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+
+
+class ReplayDeadline(BaseException):
+    """The replay's time is up. A BaseException, so that the retry loops of MLflow's HTTP
+    client and SQLAlchemy store (which catch Exception) cannot swallow it."""
+
+
+def _deadline(signum: int, frame: Any) -> None:
+    raise ReplayDeadline
+
+
+def replay(pending: Path, uri: str, seconds: float) -> int:
+    """Log every run kept in ``pending`` to the store ``uri``, oldest first, within ``seconds``.
+
+    Stops at the first failure; the runs not logged stay in ``pending`` (deleted when empty).
+    Returns the number of runs left. A run cut off by the deadline may be left half-logged
+    (status RUNNING) in the store; the next replay logs it again, whole.
+    """
+    import mlflow  # noqa: F401, PLC0415 (imported before the clock starts: it takes seconds)
+
+    records = json.loads(pending.read_text(encoding="utf-8"))
+    print(f"replaying {len(records)} run(s) from {pending} into {redact_uri(uri)} "
+          f"(giving up after {seconds:g} s)", file=sys.stderr)
+    done, start = 0, time.monotonic()
+    old = signal.signal(signal.SIGALRM, _deadline)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        for record in records:
+            with redacted_console(uri):
+                rid = log_run(record | {"uri": uri})
+            done += 1
+            print(f"logged run {rid} ({record['run_name']})", file=sys.stderr)
+    except ReplayDeadline:
+        print(f"gave up after {time.monotonic() - start:.0f} s: {redact_uri(uri)} did not "
+              "answer in time (raise --timeout to wait longer)", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 (any store failure keeps the runs)
+        print(redact_text(f"still unreachable: {type(err).__name__}: {err}", (uri,)),
+              file=sys.stderr)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    left = records[done:]
     if left:
-        pending.write_text(json.dumps(left, indent=1, sort_keys=True, allow_nan=False) + "\n")
-        sys.exit(1)
-    pending.unlink()
+        pending.write_text(json.dumps(left, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+        print(f"{len(left)} run(s) still kept in {pending}", file=sys.stderr)
+    else:
+        pending.unlink()
+    return len(left)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Log the runs kept while the MLflow store was unreachable. The store is "
+        "resolved as for a run: MLFLOW_TRACKING_URI, else mlflow.tracking_uri of --params.")
+    parser.add_argument("--replay", nargs="?", const="", default="", metavar="PENDING",
+                        help="the pending file (default: paths.mlflow_pending of --params)")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--timeout", type=float, default=REPLAY_SECONDS,
+                        help=f"seconds before giving up (default {REPLAY_SECONDS:g})")
+    args = parser.parse_args()
+    cfg = load_config(args.params)
+    pending = Path(args.replay or cfg.paths.mlflow_pending)
+    if not pending.exists():
+        print(f"nothing pending ({pending} does not exist)")
+        return
+    for name, value in REPLAY_HTTP_ENV.items():
+        os.environ.setdefault(name, value)
+    sys.exit(1 if replay(pending, tracking_uri(cfg.mlflow.tracking_uri), args.timeout) else 0)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import yaml
 
 from seqcore.config_ranges import RANGES, in_range
 from seqcore.errors import OneLineError
+from seqcore.credentials import has_credentials
 
 
 class ConfigError(OneLineError, ValueError):
@@ -440,6 +441,10 @@ def _check(cfg: Config) -> None:
     if cfg.task == "lm" and tr.ss_schedule != "off":
         _fail("train.ss_schedule", tr.ss_schedule,
               "must be off when task is lm (no decoder inputs to mix)")
+    if has_credentials(cfg.mlflow.tracking_uri):  # params.yaml is committed and logged (#15)
+        raise ConfigError("mlflow.tracking_uri: carries a password or token; params.yaml is "
+                          "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "
+                          "and MLFLOW_TRACKING_PASSWORD) in the environment instead")
 
 
 def _check_raw_name(cfg: Config) -> None:
