@@ -3,50 +3,84 @@
 The checkpoint folder is keyed by a hash of the training contract, so a changed parameter
 starts a fresh run in its own folder, and an interrupted run resumes when `dvc repro` is run
 again. ``task: lm`` trains the stateful RNN LM on documents (CMUdict by initial letter, or
-the user's text) instead of encoded pairs.
+the user's text) instead of encoded pairs. ``train.nproc`` > 1 relaunches this stage under
+``torchrun --standalone`` (one process per rank; docs/scale-out.md); rank 0 writes the
+outputs.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 from pathlib import Path
+
+import torch
 
 from pipeline.stage import load, signature, tokenizer_contract, write_json
 from seqcore.config import Config
 from seqcore.data.examples import read_examples
+from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.hashing import digest
+from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir, load_blob
-from seqcore.training.loop import LOG_COLUMNS, TrainLoop, set_determinism
+from seqcore.training.loop import LOG_COLUMNS, TrainLoop
 from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
+
+#: Contract keys left out of the checkpoint folder's name, so that a run with another world
+#: size finds the folder and is refused with a message instead of silently starting over.
+WORLD_KEYS = ("train.nproc", "train.backend")
 
 
 def finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def build(cfg: Config) -> Setup:
+def build(cfg: Config, device: torch.device, world: D.World) -> Setup:
     """Read the declared inputs of this task and build its setup."""
     if cfg.task == "lm":
-        return lm_setup(cfg, lm_documents(cfg))
+        return lm_setup(cfg, lm_documents(cfg), device, world)
     enc = Path(cfg.paths.encoded)
     data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
     tc = tokenizer_contract(cfg)
     sig = signature(cfg, "train", tc.get("signature"), f"{cfg.paths.tokenizer}/contract.json")
-    return seq2seq_setup(cfg, tc, sig, data)
+    return seq2seq_setup(cfg, tc, sig, data, device, world)
+
+
+def start(cfg: Config) -> tuple[D.World, torch.device]:
+    """Relaunch under torchrun when train.nproc > 1; join the ranks; pick and seed the device."""
+    if cfg.train.nproc > 1 and not D.under_torchrun():
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  f"--nproc-per-node={cfg.train.nproc}", "-m", "pipeline.train",
+                                  *sys.argv[1:]])
+    try:
+        world = D.init_world(cfg.train.nproc, device_kind(cfg.train.device))
+        device = resolve_device(cfg.train.device, world.local_rank)
+    except (D.WorldMismatch, DeviceUnavailable) as err:
+        sys.exit(f"[train] {err}")
+    set_determinism(cfg.train.seed + world.rank, cfg.train.threads, device)  # rank 0: seed
+    return world, device
 
 
 def main() -> None:
     cfg = load(__doc__)
-    set_determinism(cfg.train.seed, cfg.train.threads)
-    setup = build(cfg)
-    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(setup.contract)[:12],
-                         cfg.train.keep_last)
-    trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model)
-    resumed = trainer.resume()
-    print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}",
-          file=sys.stderr)
+    world, device = start(cfg)
+    setup = build(cfg, device, world)
+    key = {k: v for k, v in setup.contract.items() if k not in WORLD_KEYS}
+    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(key)[:12], cfg.train.keep_last)
+    trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
+                        world)
+    try:
+        resumed = trainer.resume()
+    except D.WorldMismatch as err:
+        sys.exit(f"[train] {err}")
+    if not world.main:
+        trainer.run(lambda row: None)
+        return D.close_world(world)
+    print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
+          f" on {device} x{world.size}", file=sys.stderr)
     log_path = Path(cfg.paths.train_log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", newline="") as f:
@@ -78,6 +112,7 @@ def main() -> None:
         "final_loss": state.history[-1][3] if state.history else None,
         "model_sha256": sha, "selected": cfg.train.select, "selected_step": selected_step,
         "checkpoints": str(ckpt.root), **setup.report()})
+    D.close_world(world)
 
 
 if __name__ == "__main__":

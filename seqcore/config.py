@@ -17,6 +17,10 @@ from typing import Any, Literal
 import yaml
 
 
+#: What train.device and decode.device accept.
+DEVICE_SPEC = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
+
 class ConfigError(ValueError):
     """A params.yaml value is missing, unknown, of the wrong type or inconsistent."""
 
@@ -158,6 +162,11 @@ class TrainConfig:
     ss_choice: Literal["argmax", "sample"] = "argmax"
     # lm task: truncated-BPTT segment length K (batch_size = number of parallel streams B).
     bptt_len: int = 32
+    # auto (CUDA when available, else CPU), cpu, cuda or cuda:N. Only the device *kind* is in
+    # the training contract (docs/scale-out.md).
+    device: str = "cpu"
+    # Processes (ranks) of data-parallel training; > 1 runs the stage under torchrun.
+    nproc: int = 1
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,7 @@ class DecodeConfig:
     batch_size: int = 128
     # Extra token ids never generated (PAD and BOS always are banned: they are never labels).
     banned_tokens: tuple[int, ...] = ()
+    device: str = "cpu"  # auto, cpu, cuda or cuda:N (decode and the audit's re-decode)
 
 
 @dataclass(frozen=True)
@@ -359,5 +369,15 @@ def _check(cfg: Config) -> None:
         raise ConfigError("task lm: model.family must be gru or lstm (the stateful RNN LM)")
     if cfg.task == "lm" and tr.ss_schedule != "off":
         raise ConfigError("task lm: train.ss_schedule must be off (no decoder inputs to mix)")
+    for key, spec in (("train.device", tr.device), ("decode.device", dec.device)):
+        if not DEVICE_SPEC.fullmatch(spec):
+            raise ConfigError(f"{key}: {spec!r} is not one of auto, cpu, cuda, cuda:N")
+    if tr.nproc < 1:
+        raise ConfigError(f"train.nproc: must be >= 1, got {tr.nproc}")
+    if tr.nproc > 1 and ":" in tr.device:
+        raise ConfigError(f"train.device: {tr.device!r} pins one GPU; with train.nproc > 1 use "
+                          "cuda or auto (rank r uses cuda:LOCAL_RANK)")
+    if tr.amp == "fp16" and tr.device == "cpu":
+        raise ConfigError("train.amp: fp16 needs CUDA; use bf16 on CPU")
     if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:
         raise ConfigError("train: keep_last, checkpoint_every, eval_every, log_every must be >= 1")
