@@ -63,6 +63,7 @@ def init_world(nproc: int, kind: str) -> World:
             raise WorldMismatch(f"train.nproc is {nproc} but this process was not started by "
                                 "torchrun; run `python -m pipeline.train` (it relaunches itself)")
         return World()
+    _die_with_parent()
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if size != nproc:
         raise WorldMismatch(f"torchrun started {size} processes but train.nproc is {nproc}; "
@@ -75,6 +76,23 @@ def init_world(nproc: int, kind: str) -> World:
     if not dist.is_initialized():
         dist.init_process_group(backend)
     return World(rank, size, int(os.environ["LOCAL_RANK"]), backend)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when its torchrun agent dies.
+
+    torchrun starts workers in their own sessions, so killing the stage (the agent) would
+    leave them training and writing checkpoints; with this a killed stage is a dead run, as
+    with one process. Elsewhere (no prctl) nothing changes.
+    """
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
 
 
 def close_world(world: World) -> None:
