@@ -33,7 +33,7 @@ def kill_train_after_first_checkpoint(repo: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.train"], cwd=repo, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not list(repo.glob("checkpoints/*/ckpt-00000010.pt")):
+    while not list(repo.glob("checkpoints/*/ckpt-00000010.pt.sha256")):  # hash written last
         assert proc.poll() is None, "training ended before it could be interrupted"
         assert time.monotonic() < deadline
         time.sleep(0.02)
