@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -50,11 +49,7 @@ def build(cfg: Config, device: torch.device, world: D.World) -> Setup:
 
 def start(cfg: Config) -> tuple[D.World, torch.device]:
     """Relaunch under torchrun when train.nproc > 1; join the ranks; pick and seed the device."""
-    if cfg.train.nproc > 1 and not D.under_torchrun():
-        sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                  f"--nproc-per-node={cfg.train.nproc}", "-m", "pipeline.train",
-                                  *sys.argv[1:]])
+    D.relaunch_under_torchrun(cfg.train.nproc, "pipeline.train", sys.argv[1:])
     try:
         world = D.init_world(cfg.train.nproc, device_kind(cfg.train.device))
         device = resolve_device(cfg.train.device, world.local_rank)

@@ -53,6 +53,22 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in TORCHRUN_ENV)
 
 
+def relaunch_under_torchrun(nproc: int, module: str, argv: list[str]) -> None:
+    """Replace this process by ``torchrun --standalone --nproc-per-node nproc -m module argv``.
+
+    The process keeps its pid, so whoever started it (``dvc repro``) waits for the ranks and
+    sees torchrun's exit status. Does nothing under torchrun or for one process.
+    """
+    if nproc == 1 or under_torchrun():
+        return
+    import sys  # noqa: PLC0415
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              f"--nproc-per-node={nproc}", "-m", module, *argv])
+
+
 def init_world(nproc: int, kind: str) -> World:
     """Join the process group torchrun set up; the single process when ``nproc`` is 1.
 
