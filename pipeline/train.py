@@ -27,9 +27,6 @@ from seqcore.training.checkpoint import CheckpointDir, load_blob
 from seqcore.training.loop import LOG_COLUMNS, TrainLoop
 from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
 
-#: Contract keys left out of the checkpoint folder's name, so that a run with another world
-#: size finds the folder and is refused with a message instead of silently starting over.
-WORLD_KEYS = ("train.nproc", "train.backend")
 
 
 def finite(x: float) -> float | None:
@@ -63,7 +60,7 @@ def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
     setup = build(cfg, device, world)
-    key = {k: v for k, v in setup.contract.items() if k not in WORLD_KEYS}
+    key = {k: v for k, v in setup.contract.items() if k not in D.RUNTIME_KEYS}
     ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(key)[:12], cfg.train.keep_last)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
                         world)

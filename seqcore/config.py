@@ -377,6 +377,9 @@ def _check(cfg: Config) -> None:
     if tr.nproc > 1 and ":" in tr.device:
         raise ConfigError(f"train.device: {tr.device!r} pins one GPU; with train.nproc > 1 use "
                           "cuda or auto (rank r uses cuda:LOCAL_RANK)")
+    if cfg.task == "lm" and tr.nproc > tr.batch_size:
+        raise ConfigError(f"task lm: train.nproc ({tr.nproc}) must be <= train.batch_size "
+                          f"({tr.batch_size}): each rank trains its own streams")
     if tr.amp == "fp16" and tr.device == "cpu":
         raise ConfigError("train.amp: fp16 needs CUDA; use bf16 on CPU")
     if min(tr.keep_last, tr.checkpoint_every, tr.eval_every, tr.log_every) < 1:

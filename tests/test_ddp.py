@@ -26,14 +26,15 @@ import pytest
 import torch
 import yaml
 
-from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.config import ConfigError, SequenceConfig, TrainConfig, config_from_dict
 from seqcore.contract import SpecialIds
 from seqcore.data.batching import BucketSampler, epoch_batches
 from seqcore.data.examples import Example
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.distributed import World
+from seqcore.determinism import DeviceUnavailable, resolve_device
+from seqcore.training.distributed import World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
 from seqcore.training.loop import TrainLoop, set_determinism
@@ -137,6 +138,45 @@ def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: 
         assert got["losses"] == pytest.approx(ref["losses"], rel=1e-6)
         if name == "s2s-accum1":  # the same float additions: bitwise equal
             assert all(torch.equal(x, y) for x, y in zip(got["weights"], ref["weights"]))
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("stored", "message"), [
+    ({"size": 2, "backend": "gloo", "device_kind": "cpu"},
+     r"written by 2 process\(es\) and this run has 1; set train.nproc: 2"),
+    ({"size": 1, "backend": "none", "device_kind": "cuda"},
+     "trained on cuda and this run is on cpu"),
+])
+def test_a_checkpoint_from_another_world_or_device_kind_is_refused_in_one_line(
+        tmp_path: Path, stored: dict, message: str) -> None:
+    first = _setup("s2s", 1, World())
+    first.ckpt = CheckpointDir(tmp_path, 2)
+    first.resume()
+    first.train_step()
+    first.ckpt.save(1, {**first.payload(), "world": stored})
+    again = _setup("s2s", 1, World())
+    again.ckpt = CheckpointDir(tmp_path, 2)
+    with pytest.raises(WorldMismatch, match=message) as err:
+        again.resume()
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec", ["gpu", "cuda:", "cuda:x", "CPU", "cuda:0,1"])
+def test_device_specs_other_than_auto_cpu_cuda_and_cuda_n_are_refused(spec: str) -> None:
+    with pytest.raises(ConfigError, match="not one of auto, cpu, cuda, cuda:N"):
+        config_from_dict({"train": {"device": spec}})
+    with pytest.raises(ConfigError, match="decode.device"):
+        config_from_dict({"decode": {"device": spec}})
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceUnavailable, match="CUDA is not available"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == torch.device("cpu")
 
 
 # -- the train stage under torchrun, through dvc repro ----------------------------------------

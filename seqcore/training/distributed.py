@@ -22,6 +22,12 @@ from torch import nn
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
+#: Training-contract keys of where a run executes. They are checked one by one on resume (with
+#: a one-line message) and left out of the checkpoint folder's name, so a run with another
+#: world size or device finds its folder and is told why it cannot resume it.
+RUNTIME_KEYS = ("train.nproc", "train.backend", "train.device_kind")
+
+
 class WorldMismatch(RuntimeError):
     """The number of processes differs from train.nproc or from the checkpoint's."""
 

@@ -109,7 +109,8 @@ class TrainLoop:
             "data": {**self.feed.state_dict(), "micro": 0}, "generator": self.gen.get_state(),
             "rng": rng_snapshot()})} if self.world.size > 1 else {}
         return {
-            "world": {"size": self.world.size, "backend": self.world.backend}, **ranks,
+            "world": {"size": self.world.size, "backend": self.world.backend,
+                      "device_kind": self.device.type}, **ranks,
             "schema": SCHEMA_VERSION, "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(), "scaler": self.scaler.state_dict(),
             "schedule": {"name": self.cfg.schedule, "step": s.step},
@@ -138,13 +139,9 @@ class TrainLoop:
             D.broadcast_module(self.world, self.model)
             return None
         p = found.payload
-        stored = p.get("world", {"size": 1})["size"]  # checkpoints before issue 16: 1 process
-        if stored != self.world.size:
-            raise D.WorldMismatch(
-                f"{found.path} was written by {stored} process(es) and this run has "
-                f"{self.world.size}; set train.nproc: {stored} to resume it, or "
-                "train.resume: fresh to start over")
-        check_contract(p["contract"], self.contract, str(found.path))
+        self._check_world(p.get("world", {"size": 1, "device_kind": "cpu"}), found.path)
+        check_contract(*({k: v for k, v in c.items() if k not in D.RUNTIME_KEYS}
+                         for c in (p["contract"], self.contract)), str(found.path))
         self.model.load_state_dict(p["model"])
         self.opt.load_state_dict(p["optimizer"])
         self.scaler.load_state_dict(p["scaler"])
@@ -157,6 +154,20 @@ class TrainLoop:
                                 st["best_dev"], st["best_step"], [list(r) for r in p["history"]])
         D.barrier(self.world)
         return found.path.name
+
+    def _check_world(self, stored: dict[str, Any], path: Any) -> None:
+        """One-line refusals of a checkpoint from another world size or device kind
+        (checkpoints written before issue 16 come from one CPU process)."""
+        if stored["size"] != self.world.size:
+            raise D.WorldMismatch(
+                f"{path} was written by {stored['size']} process(es) and this run has "
+                f"{self.world.size}; set train.nproc: {stored['size']} to resume it, or "
+                "train.resume: fresh to start over")
+        if stored["device_kind"] != self.device.type:
+            raise D.WorldMismatch(
+                f"{path} was trained on {stored['device_kind']} and this run is on "
+                f"{self.device.type} (their float results differ); set train.device to "
+                f"{stored['device_kind']} to resume it, or train.resume: fresh to start over")
 
     # -- one step ------------------------------------------------------------------------
     def train_step(self) -> list[float]:
