@@ -148,7 +148,7 @@ def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: 
      r"written by 2 process\(es\) and this run has 1; set train.nproc: 2"),
     ({"size": 1, "backend": "none", "device_kind": "cuda"},
      "trained on cuda and this run is on cpu"),
-])
+], ids=["world-size", "device-kind"])
 def test_a_checkpoint_from_another_world_or_device_kind_is_refused_in_one_line(
         tmp_path: Path, stored: dict, message: str) -> None:
     first = _setup("s2s", 1, World())
