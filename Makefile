@@ -5,6 +5,10 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Which torch build (locks/torch-$(TORCH).txt): cuda where `nvidia-smi -L` lists a GPU, else
+# cpu. Override with `make TORCH=cpu test` (docs/scale-out.md).
+TORCH ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)
+TORCH_LOCK := locks/torch-$(TORCH).txt
 # DVC stages run `python -m pipeline.<stage>`: put the venv first on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
@@ -12,9 +16,10 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 install: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock $(TORCH_LOCK) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -r requirements.lock
+	$(BIN)/pip install --disable-pip-version-check -q --retries 2 -r $(TORCH_LOCK)
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

@@ -14,9 +14,9 @@ from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples, write_predictions
 from seqcore.environment import producing_environment
+from seqcore.determinism import DeviceUnavailable, resolve_device, set_determinism
 from seqcore.hashing import sha256_file
 from seqcore.tokenizer import load_tokenizers
-from seqcore.training.loop import set_determinism
 from seqcore.training.model_file import load_model
 
 
@@ -46,9 +46,14 @@ def run(cfg: Config) -> None:
                  f"position range ({model.max_positions} = max(sequence.max_src_len, "
                  "sequence.max_tgt_len) + 1); lower decode.max_len or retrain with a larger "
                  "sequence.max_tgt_len")
+    try:
+        device = resolve_device(cfg.decode.device)
+    except DeviceUnavailable as err:
+        sys.exit(f"[decode] {err}")
     # The thread count the model was trained with (float sums depend on the split); read from
     # the model file, so decode declares no train param.
-    set_determinism(cfg.decode.seed, trained["train.threads"])
+    set_determinism(cfg.decode.seed, trained["train.threads"], device)
+    model.to(device)  # the model file loads on the CPU whatever device trained it
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     decoder, bs = make_decoder(cfg.decode, ids), cfg.decode.batch_size
     with torch.inference_mode():
@@ -58,9 +63,10 @@ def run(cfg: Config) -> None:
     write_predictions(rows, out)
     write_json(out.with_suffix(".header.json"), {
         "signature": sig, "decode": as_dict(cfg.decode), "model_sha256":
-        sha256_file(Path(cfg.paths.model)), "tokenizer_sha256": {
-            "src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]}, "rows": len(rows),
-        "environment": producing_environment().as_dict()})
+        sha256_file(Path(cfg.paths.model)), "trained_on": {
+            k: trained.get(f"train.{k}") for k in ("device_kind", "nproc", "backend")},
+        "tokenizer_sha256": {"src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]},
+        "rows": len(rows), "environment": producing_environment().as_dict()})
     print(f"[decode] {len(rows)} {cfg.decode.split} examples -> {out}", file=sys.stderr)
 
 

@@ -170,6 +170,9 @@ def run_tags(cfg: Config, sig: str, tc: dict[str, Any], header: dict[str, Any]) 
             "dvc.lock.sha256": _sha256_or_none(lock), "dvc.lock.upstream.sha256": upstream,
             "model.sha256": header["model_sha256"], "seqcore.version": __version__,
             **git_state(cfg), **env_tags(producing_environment().as_dict())}
+    # Where the model was trained (device kind, processes, backend), from the model file's
+    # contract through the predictions header (issue 16); absent in older headers.
+    tags |= {f"trained_on.{k}": str(v) for k, v in header.get("trained_on", {}).items()}
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp.name"] = os.environ["DVC_EXP_NAME"]
     return tags

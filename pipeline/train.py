@@ -3,7 +3,9 @@
 The checkpoint folder is keyed by a hash of the training contract, so a changed parameter
 starts a fresh run in its own folder, and an interrupted run resumes when `dvc repro` is run
 again. ``task: lm`` trains the stateful RNN LM on documents (CMUdict by initial letter, or
-the user's text) instead of encoded pairs.
+the user's text) instead of encoded pairs. ``train.nproc`` > 1 relaunches this stage under
+``torchrun --standalone`` (one process per rank; docs/scale-out.md); rank 0 writes the
+outputs.
 """
 
 from __future__ import annotations
@@ -13,14 +15,18 @@ import math
 import sys
 from pathlib import Path
 
+import torch
+
 from pipeline.stage import load, signature, tokenizer_contract, write_json
 from seqcore.config import Config
 from seqcore.data.examples import read_examples
+from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest
 from seqcore.metrics.nulls import null_undefined
+from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import LOG_COLUMNS, TrainLoop, set_determinism
+from seqcore.training.loop import LOG_COLUMNS, TrainLoop
 from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
 
 
@@ -28,27 +34,46 @@ def finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def build(cfg: Config) -> Setup:
+def build(cfg: Config, device: torch.device, world: D.World) -> Setup:
     """Read the declared inputs of this task and build its setup."""
     if cfg.task == "lm":
-        return lm_setup(cfg, lm_documents(cfg))
+        return lm_setup(cfg, lm_documents(cfg), device, world)
     enc = Path(cfg.paths.encoded)
     data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
     tc = tokenizer_contract(cfg)
     sig = signature(cfg, "train", tc.get("signature"), f"{cfg.paths.tokenizer}/contract.json")
-    return seq2seq_setup(cfg, tc, sig, data)
+    return seq2seq_setup(cfg, tc, sig, data, device, world)
+
+
+def start(cfg: Config) -> tuple[D.World, torch.device]:
+    """Relaunch under torchrun when train.nproc > 1; join the ranks; pick and seed the device."""
+    D.relaunch_under_torchrun(cfg.train.nproc, "pipeline.train", sys.argv[1:])
+    try:
+        world = D.init_world(cfg.train.nproc, device_kind(cfg.train.device))
+        device = resolve_device(cfg.train.device, world.local_rank)
+    except (D.WorldMismatch, DeviceUnavailable) as err:
+        sys.exit(f"[train] {err}")
+    set_determinism(cfg.train.seed + world.rank, cfg.train.threads, device)  # rank 0: seed
+    return world, device
 
 
 def main() -> None:
     cfg = load(__doc__)
-    set_determinism(cfg.train.seed, cfg.train.threads)
-    setup = build(cfg)
-    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(setup.contract)[:12],
-                         cfg.train.keep_last)
-    trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model)
-    resumed = trainer.resume()
-    print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}",
-          file=sys.stderr)
+    world, device = start(cfg)
+    setup = build(cfg, device, world)
+    key = {k: v for k, v in setup.contract.items() if k not in D.RUNTIME_KEYS}
+    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(key)[:12], cfg.train.keep_last)
+    trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
+                        world)
+    try:
+        resumed = trainer.resume()
+    except D.WorldMismatch as err:
+        sys.exit(f"[train] {err}")
+    if not world.main:
+        trainer.run(lambda row: None)
+        return D.close_world(world)
+    print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
+          f" on {device} x{world.size}", file=sys.stderr)
     log_path = Path(cfg.paths.train_log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", newline="") as f:
@@ -85,6 +110,7 @@ def main() -> None:
     # Numbers only in the metrics file (`dvc exp show` columns); the model hash is in its
     # sidecar, and evaluate's results.json names the checkpoint folder.
     print(f"[train] model sha256 {sha}; checkpoints in {ckpt.root}", file=sys.stderr)
+    D.close_world(world)
 
 
 if __name__ == "__main__":

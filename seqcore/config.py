@@ -22,6 +22,9 @@ from seqcore.config_ranges import RANGES, in_range
 from seqcore.errors import OneLineError
 from seqcore.credentials import has_credentials
 
+#: What train.device and decode.device accept.
+DEVICE_SPEC = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
 
 class ConfigError(OneLineError, ValueError):
     """A params.yaml value is missing, unknown, of the wrong type, out of range or inconsistent.
@@ -185,6 +188,11 @@ class TrainConfig:
     ss_choice: Literal["argmax", "sample"] = "argmax"
     # lm task: truncated-BPTT segment length K (batch_size = number of parallel streams B).
     bptt_len: int = 32
+    # auto (CUDA when available, else CPU), cpu, cuda or cuda:N. Only the device *kind* is in
+    # the training contract (docs/scale-out.md).
+    device: str = "cpu"
+    # Processes (ranks) of data-parallel training; > 1 runs the stage under torchrun.
+    nproc: int = 1
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,7 @@ class DecodeConfig:
     batch_size: int = 128
     # Extra token ids never generated (PAD and BOS always are banned: they are never labels).
     banned_tokens: tuple[int, ...] = ()
+    device: str = "cpu"  # auto, cpu, cuda or cuda:N (decode and the audit's re-decode)
 
 
 @dataclass(frozen=True)
@@ -441,6 +450,17 @@ def _check(cfg: Config) -> None:
     if cfg.task == "lm" and tr.ss_schedule != "off":
         _fail("train.ss_schedule", tr.ss_schedule,
               "must be off when task is lm (no decoder inputs to mix)")
+    for key, spec in (("train.device", tr.device), ("decode.device", dec.device)):
+        if not DEVICE_SPEC.fullmatch(spec):
+            _fail(key, spec, "must be one of auto, cpu, cuda, cuda:N")
+    if tr.nproc > 1 and ":" in tr.device:
+        _fail("train.device", tr.device, "pins one GPU; with train.nproc > 1 use cuda or auto "
+              "(rank r uses cuda:LOCAL_RANK)")
+    if cfg.task == "lm" and tr.nproc > tr.batch_size:
+        _fail("train.nproc", tr.nproc, f"must be <= train.batch_size ({tr.batch_size}) when "
+              "task is lm: each rank trains its own streams")
+    if tr.amp == "fp16" and tr.device == "cpu":
+        _fail("train.amp", tr.amp, "needs CUDA (train.device cuda or auto); use bf16 on CPU")
     if has_credentials(cfg.mlflow.tracking_uri):  # params.yaml is committed and logged (#15)
         raise ConfigError("mlflow.tracking_uri: carries a password or token; params.yaml is "
                           "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "

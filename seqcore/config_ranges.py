@@ -58,6 +58,7 @@ RANGES: dict[str, str] = {
     "train.keep_last": "[1, inf)",
     "train.log_every": "[1, inf)",
     "train.threads": "[1, inf)",
+    "train.nproc": "[1, inf)",
     "train.ss_k": "(0, inf)",
     "train.ss_cap": "[0, 1]",
     "train.bptt_len": "[1, inf)",

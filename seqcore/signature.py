@@ -75,7 +75,22 @@ def signature_diff(expected: str, got: str) -> list[str]:
 
 
 #: Train-section keys that do not change what is learned (logging and bookkeeping only).
-NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every"}
+NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
+                "device"}  # the device *kind* is in the contract (runtime_contract)
+
+
+def runtime_contract(cfg: Config) -> dict[str, Any]:
+    """Where training runs, as far as it changes the numbers: the device kind (cpu/cuda) and
+    the collective backend (none for one process, gloo on CPU, nccl on CUDA).
+
+    ``train.device: auto`` resolves on the machine that asks; ``train.nproc`` (the world size)
+    is in the contract as a train key.
+    """
+    from seqcore.determinism import device_kind  # noqa: PLC0415 (imports torch)
+    from seqcore.training.distributed import backend_for  # noqa: PLC0415
+
+    kind = device_kind(cfg.train.device)
+    return {"train.device_kind": kind, "train.backend": backend_for(kind, cfg.train.nproc)}
 
 
 def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +101,7 @@ def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[s
                                                   "train")}
     flat = {k: v for k, v in flatten(tree).items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)}
+    flat.update(runtime_contract(cfg))
     flat["task"] = cfg.task
     flat["signature"] = contract_signature(cfg, tokenizer_contract)
     flat["tokenizer.src.sha256"] = tokenizer_contract["src"]["sha256"]

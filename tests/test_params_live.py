@@ -165,6 +165,12 @@ LIVE: dict[str, Live] = {
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.
 NOT_RESULTS: dict[str, str] = {
+    "train.device": "where training runs; on a CPU-only machine auto and cpu are the same device "
+                    "(CUDA cases: tests/test_cuda.py); its kind is a training-contract key",
+    "train.nproc": "processes under torchrun: one SUM all-reduce, so 2 ranks give the "
+                   "single-process weights (tests/test_ddp.py); run there, not in-process",
+    "decode.device": "where decoding runs; auto and cpu are the same device without a GPU "
+                     "(tests/test_cuda.py decodes a CUDA-trained model on the CPU)",
     "tokenizer.max_unk_rate": "a guard: stops the tokenizer stage or passes; its stop is "
                               "tested in tests/test_own_data.py",
     "paths.": "where a file is read or written (templated into dvc.yaml); not what it holds",

@@ -4,8 +4,13 @@ BucketSampler: length-bucketed batches with a seeded shuffle whose whole state i
 (epoch, cursor).
 
 Each epoch's order is a pure function of (seed, epoch), so the sampler's checkpointed state
-is two integers plus the seed, and a resumed run replays exactly the same batches. Batch i
-of an epoch can be given to rank ``i % world_size`` for multi-process training.
+is two integers plus the seed, and a resumed run replays exactly the same batches.
+
+Multi-process training shards the one global stream of batches (epoch after epoch): of every
+``world`` consecutive batches rank r takes the r-th. Every rank keeps the same global state,
+so the union of the shards is the single-process stream, every example is seen once per epoch
+across ranks, and W ranks with ``accum_steps`` a draw the batches that one process with
+``accum_steps`` W*a draws.
 """
 
 from __future__ import annotations
@@ -43,13 +48,21 @@ def epoch_batches(
 
 
 class BucketSampler:
-    """Infinite stream of batches; ``state`` is checkpointed, ``load`` restores it."""
+    """Infinite stream of batches; ``state`` is checkpointed, ``load`` restores it.
 
-    def __init__(self, lengths: list[int], batch_size: int, bucket_width: int, seed: int) -> None:
+    With ``world`` > 1, ``next`` returns rank ``rank``'s shard: the rank-th of the next
+    ``world`` batches of the global stream (``state`` is the global position).
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, bucket_width: int, seed: int,
+                 rank: int = 0, world: int = 1) -> None:
         if not lengths:
             raise ValueError("no training examples")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} outside world of {world}")
         self.lengths, self.batch_size, self.bucket_width, self.seed = (
             lengths, batch_size, bucket_width, seed)
+        self.rank, self.world = rank, world
         self.state = SamplerState()
         self._batches = self._epoch(0)
 
@@ -61,7 +74,15 @@ class BucketSampler:
         self._batches = self._epoch(state.epoch)
 
     def next(self) -> list[int]:
-        """The next batch of indices, advancing the state (and the epoch at its end)."""
+        """This rank's next batch of indices, advancing the global state by ``world`` batches."""
+        mine: list[int] = []
+        for r in range(self.world):
+            batch = self._next_global()
+            if r == self.rank:
+                mine = batch
+        return mine
+
+    def _next_global(self) -> list[int]:
         if self.state.cursor >= len(self._batches):
             self.load(SamplerState(self.state.epoch + 1, 0))
         batch = self._batches[self.state.cursor]

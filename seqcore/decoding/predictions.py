@@ -47,6 +47,8 @@ def decode_examples(
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
         src, mask = pad_batch([ex.src for ex in chunk], ids.pad)
+        device = next(model.parameters()).device
+        src, mask = src.to(device), mask.to(device)
         for ex, nbest in zip(chunk, decoder(model, src, mask, chunk), strict=True):
             best = nbest[0]
             rows.append(PredictionRow(

@@ -25,6 +25,14 @@ class Batch:
         """Valid label tokens (EOS included, PAD excluded)."""
         return int(self.tf.mask.sum())
 
+    def to(self, device: torch.device) -> Batch:
+        """The same batch on ``device`` (itself when already there)."""
+        if self.src.device == device:
+            return self
+        tf = TeacherForcing(self.tf.inputs.to(device), self.tf.labels.to(device),
+                            self.tf.mask.to(device))
+        return Batch(self.src.to(device), self.src_mask.to(device), tf)
+
 
 def make_batch(examples: list[Example], ids: SpecialIds) -> Batch:
     """Pad sources and build the teacher-forcing shift for the targets."""
@@ -55,7 +63,8 @@ def mix_model_tokens(
     shifted = torch.cat([tf.inputs[:, :1], predictions[:, :-1]], dim=1)  # (B, T)
     eligible = tf.mask.clone()
     eligible[:, 0] = False
-    draw = torch.rand(tf.inputs.shape, generator=generator) < probability
+    # The generator is a CPU one (its state is checkpointed); the draw then moves to the batch.
+    draw = torch.rand(tf.inputs.shape, generator=generator).to(tf.inputs.device) < probability
     return torch.where(eligible & draw, shifted, tf.inputs)
 
 
@@ -76,10 +85,7 @@ def teacher_forced_passes(
     try:
         for i in range(0, len(examples), batch_size):
             chunk = examples[i : i + batch_size]
-            b = make_batch(chunk, ids)
-            tf = TeacherForcing(b.tf.inputs.to(device), b.tf.labels.to(device),
-                                b.tf.mask.to(device))
-            b = Batch(b.src.to(device), b.src_mask.to(device), tf)
+            b = make_batch(chunk, ids).to(device)
             yield chunk, b, model(b.src, b.src_mask, b.tf.inputs)
     finally:
         model.train(was_training)

@@ -21,6 +21,9 @@ from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.training.batch import Batch, make_batch, mix_model_tokens, teacher_forced_passes
+from seqcore.training.distributed import World
+
+CPU = torch.device("cpu")
 
 
 class Feed(Protocol):
@@ -68,30 +71,36 @@ def choose_tokens(logits: torch.Tensor, choice: str, gen: torch.Generator) -> to
     """Scheduled-sampling choice from (B, T, V) logits: argmax or a sample -> (B, T) ids."""
     if choice == "argmax":
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float(), -1)  # (B, T, V)
+    probs = torch.softmax(logits.float(), -1).cpu()  # (B, T, V); the generator is a CPU one
     flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen)
-    return flat.view(probs.shape[:2])  # (B, T)
+    return flat.view(probs.shape[:2]).to(logits.device)  # (B, T)
 
 
 class Seq2SeqFeed:
-    """Length-bucketed teacher-forced batches of encoded pairs, with scheduled sampling."""
+    """Length-bucketed teacher-forced batches of encoded pairs, with scheduled sampling.
+
+    Under multi-process training each rank draws its shard of the global batch stream
+    (``seqcore.data.batching.BucketSampler``); batches are moved to ``device``.
+    """
 
     def __init__(
         self, data: tuple[list[Example], list[Example]], ids: SpecialIds, seq: SequenceConfig,
-        cfg: TrainConfig,
+        cfg: TrainConfig, device: torch.device = CPU, world: World = World(),
     ) -> None:
         self.train_ex, self.dev_ex = data
         self.ids, self.norm, self.smoothing = ids, seq.loss_norm, seq.label_smoothing
-        self.ss_choice, self.eval_batch = cfg.ss_choice, cfg.batch_size
+        self.ss_choice, self.eval_batch, self.device = cfg.ss_choice, cfg.batch_size, device
         lengths = [len(ex.tgt) for ex in self.train_ex]
-        self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed)
+        self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed,
+                                     world.rank, world.size)
 
     @property
     def epoch(self) -> int:
         return self.sampler.state.epoch
 
     def draw(self) -> Batch:
-        return make_batch([self.train_ex[i] for i in self.sampler.next()], self.ids)
+        return make_batch([self.train_ex[i] for i in self.sampler.next()], self.ids).to(
+            self.device)
 
     def count(self, batch: Batch) -> int:
         if self.norm == "sequence-mean":

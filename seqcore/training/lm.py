@@ -4,6 +4,10 @@ Per segment: zero the state of slots that start a new document, run the K positi
 carried state, keep the returned state *detached* for the next segment (the forward value
 crosses the boundary, the gradient does not). The carried state of every slot and the
 stream cursor are part of the checkpoint, so a resumed run continues mid-document exactly.
+
+Under multi-process training every rank runs the same global stream cursor and owns the slots
+``rank, rank + world, ...`` of each segment (and their carried state), so W ranks together
+train on exactly the single-process batch.
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ from seqcore.contract import SpecialIds
 from seqcore.data.batching import Segment, StreamBatcher, StreamState
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.rnn_lm import RNNLM, LMState, detach_state, reset_state
+from seqcore.training.distributed import World
+
+
+def segment_rows(seg: Segment, rows: slice, device: torch.device) -> Segment:
+    """Some slots of a segment, on ``device``: inputs/labels (B', K), reset (B',)."""
+    return Segment(seg.inputs[rows].to(device), seg.labels[rows].to(device),
+                   seg.reset[rows].to(device))
 
 
 def segment_loss(
@@ -48,8 +59,10 @@ def lm_nll(
     model.eval()
     batcher = StreamBatcher(docs, streams, bptt, 0, False, (ids.pad, ids.bos, ids.eos))
     state = model.initial_state(streams)
+    device = next(model.parameters()).device
     total, count = 0.0, 0
     while (seg := batcher.next()) is not None:
+        seg = segment_rows(seg, slice(None), device)
         if not carry:
             seg = Segment(seg.inputs, seg.labels, torch.ones_like(seg.reset))
         out, state = segment_loss(model, seg, state, "sum", 0.0, ())
@@ -64,10 +77,13 @@ class LMFeed:
 
     def __init__(
         self, data: tuple[list[list[int]], list[list[int]]], ids: SpecialIds, norm: LossNorm,
-        smoothing: float, streams: int, bptt: int, seed: int,
+        smoothing: float, streams: int, bptt: int, seed: int, world: World = World(),
+        device: torch.device = torch.device("cpu"),
     ) -> None:
         self.train_docs, self.dev_docs = data
         self.ids, self.smoothing, self.streams, self.bptt = ids, smoothing, streams, bptt
+        self.rows, self.device = slice(world.rank, None, world.size), device
+        self.local_streams = len(range(streams)[self.rows])
         # A sequence is not a unit in a stream: sequence-mean falls back to token-mean.
         self.norm: LossNorm = "sum" if norm == "sum" else "token-mean"
         self.batcher = StreamBatcher(self.train_docs, streams, bptt, seed, True,
@@ -81,7 +97,7 @@ class LMFeed:
     def draw(self) -> Segment:
         seg = self.batcher.next()
         assert seg is not None  # a cycling batcher never ends
-        return seg
+        return segment_rows(seg, self.rows, self.device)
 
     def count(self, batch: Segment) -> int:
         return self.tokens(batch)
@@ -92,7 +108,8 @@ class LMFeed:
     def loss(self, model: torch.nn.Module, batch: Segment, ss_prob: float,
              gen: torch.Generator) -> LossSum:
         assert isinstance(model, RNNLM)
-        state = self.carried if self.carried is not None else model.initial_state(self.streams)
+        state = self.carried if self.carried is not None else \
+            model.initial_state(self.local_streams)
         out, self.carried = segment_loss(model, batch, state, self.norm, self.smoothing,
                                          (self.ids.pad, self.ids.bos))
         return out
@@ -113,4 +130,4 @@ class LMFeed:
         slots = tuple((int(d), int(p)) for d, p in state["slots"])
         self.batcher.load(StreamState(state["epoch"], state["next_doc"], slots))
         carried = state["carried"]
-        self.carried = tuple(carried) if carried is not None else None
+        self.carried = tuple(t.to(self.device) for t in carried) if carried is not None else None

@@ -8,6 +8,11 @@ Order of one optimisation step (each rule has a test):
 3. unscale (fp16), then check every gradient is finite, then clip by global L2 norm, then step.
    A non-finite step is skipped and counted; too many in a row stop training.
 
+Under multi-process training (``seqcore.training.distributed``) step 1's counts and the
+logged loss are summed over ranks, and after step 2 the gradients are summed over ranks, so
+unscale, the finiteness check and the clip in step 3 see the global gradient on every rank.
+With one process these collectives are skipped and the loop is the single-process loop.
+
 ``TrainLoop`` runs on any feed (``seqcore.training.feeds``: encoded pairs, or the lm task's
 streams); ``Trainer`` is the loop over encoded pairs with its historical signature.
 """
@@ -28,6 +33,8 @@ from torch import nn
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
+from seqcore.determinism import set_determinism  # noqa: F401 (re-exported for old callers)
+from seqcore.training import distributed as D
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
 from seqcore.training.feeds import Feed, Seq2SeqFeed, teacher_forced_nll  # noqa: F401 (re-exported)
@@ -56,19 +63,6 @@ class TrainState:
     history: list[list[float]] = field(default_factory=list)
 
 
-def set_determinism(seed: int, threads: int) -> None:
-    """Seed every global RNG and force deterministic kernels (CPU)."""
-    import random  # noqa: PLC0415
-
-    import numpy as np  # noqa: PLC0415
-
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(threads)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def autocast_context(amp: str, device: torch.device) -> Any:
     """bf16 autocast (CPU or CUDA), fp16 autocast (CUDA only), or nothing."""
     if amp == "none":
@@ -83,21 +77,24 @@ class TrainLoop:
     """Owns the model, optimiser, scaler, feed and generator of one training run.
 
     ``on_step(step)`` is called after every completed step (and after its checkpoint, if
-    any); tests use it to kill the process at a chosen step.
+    any); tests use it to kill the process at a chosen step. ``world`` is this process's
+    rank among the data-parallel processes (the single process by default); the model must
+    already be on its device and the feed must draw this rank's shard.
     """
 
     def __init__(
         self, model: nn.Module, cfg: TrainConfig, feed: Feed, ckpt: CheckpointDir,
-        contract: dict[str, Any], d_model: int,
+        contract: dict[str, Any], d_model: int, world: D.World = D.World(),
     ) -> None:
         self.model, self.cfg, self.feed, self.ckpt = model, cfg, feed, ckpt
-        self.contract, self.d_model = contract, d_model
+        self.contract, self.d_model, self.world = contract, d_model, world
         self.device = next(model.parameters()).device
         opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         self.opt = opt_cls(model.parameters(), lr=0.0, betas=cfg.betas, eps=cfg.eps,
                            weight_decay=cfg.weight_decay)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
-        self.gen = torch.Generator().manual_seed(cfg.seed + 1)  # scheduled-sampling draws
+        # Scheduled-sampling draws; every rank draws its own (rank 0 = the single process).
+        self.gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * world.rank)
         self.state = TrainState()
         self.on_step: Callable[[int], None] = lambda step: None
 
@@ -109,7 +106,13 @@ class TrainLoop:
         accumulation cycle is always 0 (recorded as ``micro`` for the reader).
         """
         s = self.state
+        # Under multi-process training each rank's cursor and RNG states (a collective).
+        ranks = {"ranks": D.gather_objects(self.world, {
+            "data": {**self.feed.state_dict(), "micro": 0}, "generator": self.gen.get_state(),
+            "rng": rng_snapshot()})} if self.world.size > 1 else {}
         return {
+            "world": {"size": self.world.size, "backend": self.world.backend,
+                      "device_kind": self.device.type}, **ranks,
             "schema": SCHEMA_VERSION, "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(), "scaler": self.scaler.state_dict(),
             "schedule": {"name": self.cfg.schedule, "step": s.step},
@@ -125,29 +128,50 @@ class TrainLoop:
         """Load the newest good checkpoint if any; returns its name (None = fresh start).
 
         Raises ContractMismatch (with a diff) when the checkpoint was trained under another
-        contract; ``train.resume: fresh`` deletes the folder's checkpoints instead.
+        contract, WorldMismatch (one line) when by another number of processes;
+        ``train.resume: fresh`` deletes the folder's checkpoints instead.
         """
         for name in self.ckpt.remove_partial():
             print(f"removed {name}: a checkpoint write that did not finish", file=sys.stderr)
         found = self.ckpt.latest_good() if self.cfg.resume == "auto" else None
         if found is None:
-            if self.cfg.resume == "auto" and self.ckpt.numbered():
+            if self.cfg.resume == "auto" and self.ckpt.numbered() and self.world.main:
                 print(f"warning: no usable checkpoint in {self.ckpt.root}; starting fresh",
                       file=sys.stderr)
-            self.ckpt.clear()
+            if self.world.main:
+                self.ckpt.clear()
+            D.broadcast_module(self.world, self.model)
             return None
         p = found.payload
-        check_contract(p["contract"], self.contract, str(found.path))
+        self._check_world(p.get("world", {"size": 1, "device_kind": "cpu"}), found.path)
+        check_contract(*({k: v for k, v in c.items() if k not in D.RUNTIME_KEYS}
+                         for c in (p["contract"], self.contract)), str(found.path))
         self.model.load_state_dict(p["model"])
         self.opt.load_state_dict(p["optimizer"])
         self.scaler.load_state_dict(p["scaler"])
-        self.feed.load_state_dict(p["data"])
-        self.gen.set_state(p["generator"])
-        rng_restore(p["rng"])
+        mine = p["ranks"][self.world.rank] if self.world.size > 1 else p
+        self.feed.load_state_dict(mine["data"])
+        self.gen.set_state(mine["generator"])
+        rng_restore(mine["rng"])
         st = p["state"]
         self.state = TrainState(st["step"], st["tokens"], st["skipped"], st["consecutive_skips"],
                                 st["best_dev"], st["best_step"], [list(r) for r in p["history"]])
+        D.barrier(self.world)
         return found.path.name
+
+    def _check_world(self, stored: dict[str, Any], path: Any) -> None:
+        """One-line refusals of a checkpoint from another world size or device kind
+        (checkpoints written before issue 16 come from one CPU process)."""
+        if stored["size"] != self.world.size:
+            raise D.WorldMismatch(
+                f"{path} was written by {stored['size']} process(es) and this run has "
+                f"{self.world.size}; set train.nproc: {stored['size']} to resume it, or "
+                "train.resume: fresh to start over")
+        if stored["device_kind"] != self.device.type:
+            raise D.WorldMismatch(
+                f"{path} was trained on {stored['device_kind']} and this run is on "
+                f"{self.device.type} (their float results differ); set train.device to "
+                f"{stored['device_kind']} to resume it, or train.resume: fresh to start over")
 
     # -- one step ------------------------------------------------------------------------
     def train_step(self) -> list[float]:
@@ -156,8 +180,11 @@ class TrainLoop:
         epoch = feed.epoch
         batches = [feed.draw() for _ in range(cfg.accum_steps)]
         tokens = sum(feed.tokens(b) for b in batches)
-        # The denominator of the whole accumulated batch (all-reduced under DDP).
-        denominator = 1 if feed.norm == "sum" else max(sum(feed.count(b) for b in batches), 1)
+        count = sum(feed.count(b) for b in batches)
+        if self.world.size > 1:  # the denominator of the global batch: summed over ranks
+            count, tokens = (int(x) for x in D.all_reduce_sum(
+                self.world, [count, tokens], self.device))
+        denominator = 1 if feed.norm == "sum" else max(count, 1)
         lr = learning_rate(s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
                            self.d_model)
         for group in self.opt.param_groups:
@@ -170,6 +197,9 @@ class TrainLoop:
                 out = feed.loss(self.model, b, ss_prob, self.gen)
             self.scaler.scale(out.total / denominator).backward()
             loss_sum += float(out.total.detach())
+        if self.world.size > 1:
+            D.all_reduce_gradients(self.world, list(self.model.parameters()))
+            loss_sum = D.all_reduce_sum(self.world, [loss_sum], self.device)[0]
         norm = self._unscale_clip()
         if math.isfinite(norm):
             self.scaler.step(self.opt)
@@ -206,7 +236,7 @@ class TrainLoop:
         from tqdm import tqdm  # noqa: PLC0415
 
         bar = tqdm(total=self.cfg.max_steps, initial=self.state.step,
-                   disable=not sys.stderr.isatty(), unit="step")
+                   disable=not sys.stderr.isatty() or not self.world.main, unit="step")
         while self.state.step < self.cfg.max_steps:
             t0 = time.perf_counter()
             row = self.train_step()
@@ -218,7 +248,9 @@ class TrainLoop:
             bar.set_postfix(loss=f"{row[3]:.3f}", tok_s=f"{row[-1]:.0f}")
             if self.state.step % self.cfg.checkpoint_every == 0 or \
                     self.state.step == self.cfg.max_steps:
-                self.ckpt.save(self.state.step, self.payload())
+                payload = self.payload()  # gathers every rank's state: a barrier
+                if self.world.main:
+                    self.ckpt.save(self.state.step, payload)
             self.on_step(self.state.step)
         bar.close()
         return self.state
@@ -231,10 +263,15 @@ class TrainLoop:
         if count == 0:
             return
         row[7] = total / count
+        if self.world.size > 1:  # every rank takes rank 0's value, so all decide alike
+            row[7] = D.all_reduce_sum(self.world, [row[7] if self.world.main else 0.0],
+                                      self.device)[0]
         if row[7] < s.best_dev:
             s.best_dev, s.best_step = row[7], s.step
             if self.cfg.select == "best_dev":
-                self.ckpt.save_best(self.payload())
+                payload = self.payload()
+                if self.world.main:
+                    self.ckpt.save_best(payload)
 
 
 class Trainer(TrainLoop):

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from seqcore.config import Config, SequenceConfig, as_dict, flatten
@@ -23,8 +24,10 @@ from seqcore.data.examples import Example
 from seqcore.hashing import digest
 from seqcore.models import build_model
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
-from seqcore.signature import NOT_CONTRACT, format_signature, training_contract
+from seqcore.signature import (
+    NOT_CONTRACT, format_signature, runtime_contract, training_contract)
 from seqcore.training.checkpoint import SCHEMA_VERSION, load_blob, save_blob
+from seqcore.training.distributed import World
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.lm import LMFeed, lm_nll
 from seqcore.training.model_file import ModelInfo, save_model
@@ -48,6 +51,9 @@ class Setup:
     report: Callable[[], dict[str, Any]]
 
 
+CPU = torch.device("cpu")
+
+
 def position_range(seq: SequenceConfig) -> int:
     """Positions the model embeds: the longest source or decoder input (BOS + target, EOS
     counted by max_tgt_len), plus one spare. It comes from the sequence contract alone, so a
@@ -57,22 +63,32 @@ def position_range(seq: SequenceConfig) -> int:
 
 
 def seq2seq_setup(
-    cfg: Config, tc: dict[str, Any], sig: str, data: tuple[list[Example], list[Example]]
+    cfg: Config, tc: dict[str, Any], sig: str, data: tuple[list[Example], list[Example]],
+    device: torch.device = CPU, world: World = World(),
 ) -> Setup:
-    """Encoder-decoder training on encoded pairs under the tokenizer contract ``tc``."""
+    """Encoder-decoder training on encoded pairs under the tokenizer contract ``tc``.
+
+    The model is built on the CPU (the same initial weights on every device) and moved to
+    ``device``; the feed draws this rank's shard of the batches.
+    """
     ids = SpecialIds(**tc["special_ids"])
     max_len = position_range(cfg.sequence)
     info = ModelInfo(cfg.model, tc["src"]["vocab_size"], tc["tgt"]["vocab_size"], ids.pad, max_len)
-    model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id, info.max_len)
+    model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id,
+                        info.max_len).to(device)
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else \
         cfg.model.rnn.hidden
-    return Setup(model, Seq2SeqFeed(data, ids, cfg.sequence, cfg.train),
+    return Setup(model, Seq2SeqFeed(data, ids, cfg.sequence, cfg.train, device, world),
                  training_contract(cfg, tc), d_model, sig,
                  lambda path, meta: save_model(path, model, info, meta), dict)
 
 
-def lm_setup(cfg: Config, docs: list[Document]) -> Setup:
-    """Stateful RNN LM over documents: train/dev/test are the tails cut by split_documents."""
+def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
+             world: World = World()) -> Setup:
+    """Stateful RNN LM over documents: train/dev/test are the tails cut by split_documents.
+
+    The model is moved to ``device``; rank r of ``world`` trains stream slots r, r+W, ...
+    """
     tok = cfg.tokenizer
     ids = SpecialIds(tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id)
     parts = split_documents(docs, cfg.data.dev_fraction, cfg.data.test_fraction)
@@ -84,18 +100,18 @@ def lm_setup(cfg: Config, docs: list[Document]) -> Setup:
     r = cfg.model.rnn
     cell = "lstm" if cfg.model.family == "lstm" else "gru"  # config: lm is never a transformer
     shape = RNNLMShape(cell, vocab.size, r.embed_dim, r.hidden, r.dec_layers, r.dropout, ids.pad)
-    model = RNNLM(shape)
+    model = RNNLM(shape).to(device)
     fields = {"task": "lm", "data": digest([asdict(d) for d in docs])[:12],
               "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}",
               "bptt": str(cfg.train.bptt_len), "ls": f"{cfg.sequence.label_smoothing:g}"}
     tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "model", "train")}
     contract = {k: v for k, v in flatten(tree).items()
                 if not (k.startswith("train.") and k[6:] in NOT_CONTRACT)}
-    contract.update({"task": "lm", "signature": format_signature(fields),
+    contract.update({**runtime_contract(cfg), "task": "lm", "signature": format_signature(fields),
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})
     feed = LMFeed((train, dev), ids, cfg.sequence.loss_norm, cfg.sequence.label_smoothing,
-                  cfg.train.batch_size, cfg.train.bptt_len, cfg.train.seed)
+                  cfg.train.batch_size, cfg.train.bptt_len, cfg.train.seed, world, device)
 
     def save(path: Path, meta: dict[str, Any]) -> str:
         return save_blob(Path(path), {"schema": SCHEMA_VERSION, "model": model.state_dict(),

@@ -1,0 +1,112 @@
+"""CUDA rules (issue 16): placement, the fp16 scaler path, bitwise resume on one GPU, and a
+GPU-trained model decoding on the CPU. Marked ``cuda``; skipped where no GPU is visible."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqcore.config import DecodeConfig, ModelConfig, SequenceConfig, TrainConfig, TransformerConfig
+from seqcore.contract import SpecialIds
+from seqcore.data.examples import Example
+from seqcore.decoding.factory import make_decoder
+from seqcore.decoding.predictions import decode_examples
+from seqcore.determinism import resolve_device, set_determinism
+from seqcore.models import build_model
+from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.feeds import Seq2SeqFeed
+from seqcore.training.loop import TrainLoop
+from seqcore.training.model_file import ModelInfo, load_model, save_model
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+IDS = SpecialIds(0, 1, 2, 3)
+MODEL = ModelConfig(transformer=TransformerConfig(d_model=32, n_heads=2, enc_layers=1,
+                                                  dec_layers=1, d_ff=64, dropout=0.1))
+INFO = ModelInfo(MODEL, 12, 12, 0, 16)
+
+
+def examples(n: int) -> list[Example]:
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for i in range(n):
+        k = int(torch.randint(1, 7, (1,), generator=g))
+        src = torch.randint(4, 12, (k,), generator=g).tolist()
+        out.append(Example(str(i), str(i), "", "", src, src[::-1], True))
+    return out
+
+
+def loop(tmp: Path, amp: str = "none", max_steps: int = 6) -> TrainLoop:
+    device = resolve_device("cuda")
+    set_determinism(7, 1, device)
+    cfg = TrainConfig(batch_size=8, max_steps=max_steps, warmup_steps=2, eval_every=100,
+                      checkpoint_every=3, threads=1, amp=amp, device="cuda")
+    model = build_model(MODEL, 12, 12, 0, 16).to(device)
+    feed = Seq2SeqFeed((examples(64), examples(8)), IDS, SequenceConfig(), cfg, device)
+    return TrainLoop(model, cfg, feed, CheckpointDir(tmp, 3), {"t": 1}, 32)
+
+
+def test_model_batches_and_optimizer_state_live_on_the_configured_device(tmp_path: Path) -> None:
+    trainer = loop(tmp_path)
+    trainer.resume()
+    batch = trainer.feed.draw()
+    assert batch.src.is_cuda and batch.tf.labels.is_cuda
+    trainer.train_step()
+    assert all(p.is_cuda for p in trainer.model.parameters())
+    assert all(t.is_cuda for s in trainer.opt.state.values() for k, t in s.items()
+               if torch.is_tensor(t) and k != "step")
+
+
+def test_fp16_autocast_trains_through_the_grad_scaler_and_skips_non_finite_steps(
+        tmp_path: Path) -> None:
+    trainer = loop(tmp_path, amp="fp16")
+    trainer.resume()
+    for _ in range(3):
+        row = trainer.train_step()
+    assert torch.isfinite(torch.tensor(row[3])) and trainer.scaler.is_enabled()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.scaler.update(2.0**40)  # the scaled fp16 backward overflows: the step is skipped
+    row = trainer.train_step()
+    assert row[6] == 1 and trainer.scaler.get_scale() == 2.0**39  # skipped, scale halved
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_resume_on_one_gpu_is_bitwise_exact(tmp_path: Path) -> None:
+    straight = loop(tmp_path / "a")
+    straight.resume()
+    straight.run(lambda row: None)
+    first = loop(tmp_path / "b", max_steps=3)
+    first.resume()
+    first.run(lambda row: None)
+    second = loop(tmp_path / "b")
+    assert second.resume() == "ckpt-00000003.pt"
+    second.run(lambda row: None)
+    for a, b in zip(straight.model.parameters(), second.model.parameters()):
+        assert torch.equal(a, b)
+    assert straight.state.history == second.state.history
+
+
+def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
+    trainer = loop(tmp_path)
+    trainer.resume()
+    trainer.run(lambda row: None)
+    save_model(tmp_path / "model.pt", trainer.model, INFO, {"trained_on": "cuda"})
+    model, meta = load_model(tmp_path / "model.pt")
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    dec = DecodeConfig(max_len=12)
+    rows = decode_examples(model, examples(16), make_decoder(dec, IDS), IDS, _IdentityTok(), 8)
+    assert len(rows) == 16 and all(0 <= t < 12 for r in rows for t in r.tokens)
+    assert meta == {"trained_on": "cuda"}
+
+
+class _IdentityTok:
+    """Just enough of a tokenizer for decode_examples: ids printed as text."""
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(map(str, ids))
+
+    def piece(self, i: int) -> str:
+        return str(i)
