@@ -116,6 +116,23 @@ def environment_diffs(meta: dict[str, Any], header: dict[str, Any], run: Any) ->
     return diffs
 
 
+def _training_check(report: A.AuditReport, cfg: Config, meta: Callable[[], Any]) -> None:
+    """The training record against the checkpoints, or (in a clone that pulled the result,
+    where the checkpoints never travel) against the model file, with a warning."""
+    try:
+        folder = R.checkpoint_folder(cfg)
+    except Exception as err:  # noqa: BLE001 (as in _run)
+        report.not_run("training record", f"could not run: {type(err).__name__}: {err}")
+        return
+    if folder.is_dir():
+        _run(report, "training record", lambda: R.training_diffs(cfg, meta()))
+        return
+    _run(report, "training record", lambda: R.training_meta_diffs(cfg, meta()))
+    report.warn("checkpoints", [f"{folder} is not here (working state of the machine that "
+                                "trained; never pushed): the training record was checked "
+                                "against the model file only"])
+
+
 def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
     """The MLflow run to compare, or why it cannot be read (the store's password masked)."""
     try:
@@ -151,7 +168,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     for stage in R.REDERIVED:
         _run(report, f"{stage} redone",
              lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
-    _run(report, "training record", lambda: R.training_diffs(cfg, meta()))
+    _training_check(report, cfg, meta)
     run = None
     if use_mlflow:
         run, reason = read_run(cfg, run_id)
@@ -159,7 +176,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
             report.not_run("mlflow run", reason)
         else:
             _run(report, "mlflow run", lambda: mlflow_diffs(
-                cfg, run, expected_record(cfg, done), lock))
+                cfg, run, expected_record(cfg, done, run.data.tags.get("dvc.exp.name")), lock))
     try:
         report.warn("environment", environment_diffs(meta(), header(), run), strict_env)
     except Exception as err:  # noqa: BLE001 (as in _run)
@@ -175,12 +192,25 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     return report
 
 
-def expected_record(cfg: Config, done: dict[str, Any]) -> dict[str, Any]:
-    """The MLflow record the evaluate stage would log now, from the evaluation redone."""
+def expected_record(cfg: Config, done: dict[str, Any], exp_name: str | None) -> dict[str, Any]:
+    """The MLflow record the evaluate stage would log now, from the evaluation redone.
+
+    ``exp_name``: the run's ``dvc.exp.name`` tag. Under ``dvc exp run`` DVC names the
+    experiment in DVC_EXP_NAME, which the run name and note lead with; the audit runs outside
+    it, so it takes the name from the run (the tag itself is compared like any other).
+    """
     if "evaluate" not in done:
         raise LookupError("needs the evaluation redone (see 'evaluate redone')")
     out = done["evaluate"]
-    return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
+    saved = os.environ.pop("DVC_EXP_NAME", None)
+    if exp_name:
+        os.environ["DVC_EXP_NAME"] = exp_name
+    try:
+        return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
+    finally:
+        os.environ.pop("DVC_EXP_NAME", None)
+        if saved is not None:
+            os.environ["DVC_EXP_NAME"] = saved
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ are read alike). Only pipeline/ imports mlflow.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import subprocess
@@ -52,9 +53,9 @@ def tag_diffs(record: dict[str, Any], tags: dict[str, str], lock_sha: str | None
     except the run name.
     """
     want = {k: str(v) for k, v in record["tags"].items() if not k.startswith("env.")}
-    # A DVC experiment's run is named after it (pipeline.tracking.build_record).
-    exp = tags.get("dvc.exp.name")
-    want["mlflow.runName"] = record["run_name"] + (f"-{exp}" if exp else "")
+    # The record is built under the run's dvc.exp.name (expected_record), so its name leads
+    # with the experiment's as the logged one does.
+    want["mlflow.runName"] = record["run_name"]
     diffs = []
     for key in sorted(set(want) | {k for k in tags if not k.startswith(("mlflow.", "env."))}):
         have, expected = tags.get(key), want.get(key)
@@ -106,7 +107,9 @@ def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
     import mlflow  # noqa: PLC0415
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep output plain
-    texts: dict[str, str] = record["texts"]
+    # what the pipeline logs: the texts, and the PNG plots (base64 in the record)
+    texts: dict[str, bytes] = {n: s.encode("utf-8") for n, s in record["texts"].items()}
+    texts |= {n: base64.b64decode(b) for n, b in record.get("images", {}).items()}
     with tempfile.TemporaryDirectory(prefix="audit-mlflow-") as tmp:
         root = Path(mlflow.artifacts.download_artifacts(
             run_id=run.info.run_id, dst_path=tmp, tracking_uri=uri))
@@ -127,8 +130,7 @@ def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
                 diffs.append("artifact dvc.lock: its stages before evaluate differ from "
                              "the workspace dvc.lock's")
             continue
-        diffs += first_difference(f"artifact {name}", (RUN, "file"), got[name],
-                                  texts[name].encode("utf-8"))
+        diffs += first_difference(f"artifact {name}", (RUN, "file"), got[name], texts[name])
     return diffs, lock_sha
 
 

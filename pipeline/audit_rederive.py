@@ -24,7 +24,6 @@ from pipeline import decode, evaluate, prepare, tokenizer
 from pipeline.stage import read_json
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
-from seqcore.hashing import sha256_file
 from seqcore.training.checkpoint import CheckpointDir, load_blob
 from seqcore.training.loop import LOG_COLUMNS
 
@@ -100,6 +99,28 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def checkpoint_folder(cfg: Config) -> Path:
+    """The run's checkpoint folder, as evaluate recorded it in results.json."""
+    return Path(read_json(cfg.paths.results)["checkpoints"])
+
+
+def training_meta_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
+    """train_metrics.json and train_log.csv against the model file alone (no checkpoints here:
+    they are the training machine's working state and are never pushed)."""
+    tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
+    tm = read_json(tm_path)
+    want = {"steps": meta["step"], "best_step": meta["best_step"],
+            "best_dev_nll": meta["best_dev_nll"], "selected_step": meta["selected_step"]}
+    diffs = [f"{tm_path}: field {k}: file has {a!r}, model file meta gives {b!r}"
+             for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
+    rows = _log_rows(log_path)
+    last = float(rows[-1]["step"]) if rows else 0.0
+    if last != meta["step"]:
+        diffs.append(f"{log_path}: last step: file has {last:g}, model file meta gives "
+                     f"{meta['step']}")
+    return diffs
+
+
 def training_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
     """train_log.csv, train_metrics.json and the model file against the final checkpoint.
 
@@ -108,9 +129,9 @@ def training_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
     """
     tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
     tm = read_json(tm_path)
-    ckpt = CheckpointDir(Path(tm["checkpoints"]), cfg.train.keep_last)
+    ckpt = CheckpointDir(checkpoint_folder(cfg), cfg.train.keep_last)
     if not ckpt.numbered():
-        raise FileNotFoundError(f"no checkpoint in {ckpt.root} (train_metrics.json checkpoints)")
+        raise FileNotFoundError(f"no checkpoint in {ckpt.root} ({cfg.paths.results} checkpoints)")
     last_path = ckpt.numbered()[-1]
     last = load_blob(last_path)
     st, history = last["state"], last["history"]
@@ -133,8 +154,7 @@ def training_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
     want = {"steps": st["step"], "tokens": st["tokens"], "skipped_steps": st["skipped"],
             "best_step": st["best_step"], "best_dev_nll": _finite(st["best_dev"]),
             "final_loss": history[-1][3] if history else None,
-            "model_sha256": sha256_file(Path(cfg.paths.model)), "selected": cfg.train.select,
-            "selected_step": chosen["state"]["step"], "checkpoints": str(ckpt.root)}
+            "selected_step": chosen["state"]["step"]}
     diffs += [f"{tm_path}: field {k}: file has {a!r}, checkpoints and model file give {b!r}"
               for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
     meta_want = {k: want[k] for k in ("best_step", "best_dev_nll", "selected_step")}

@@ -19,7 +19,7 @@ from seqcore.metrics.evaluation import (
     Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
 from seqcore.metrics.nulls import null_undefined
 from seqcore.metrics.recompute import eval_spec
-from seqcore.hashing import digest
+from seqcore.training.distributed import checkpoint_folder_name
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.training.loop import set_determinism
@@ -48,7 +48,7 @@ def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 
 def checkpoint_folder(cfg: Config, meta: dict[str, Any]) -> str:
     """The checkpoint folder the model came from (train keys it by its training contract)."""
-    return str(Path(cfg.paths.checkpoints) / digest(meta["training_contract"])[:12])
+    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta["training_contract"]))
 
 
 def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,

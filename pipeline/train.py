@@ -22,7 +22,6 @@ from seqcore.config import Config
 from seqcore.data.examples import read_examples
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.environment import producing_environment
-from seqcore.hashing import digest
 from seqcore.metrics.nulls import null_undefined
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
@@ -61,8 +60,8 @@ def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
     setup = build(cfg, device, world)
-    key = {k: v for k, v in setup.contract.items() if k not in D.RUNTIME_KEYS}
-    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / digest(key)[:12], cfg.train.keep_last)
+    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / D.checkpoint_folder_name(setup.contract),
+                         cfg.train.keep_last)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
                         world)
     try:

@@ -372,6 +372,13 @@ def _build(cls: type, raw: Any, where: str) -> Any:
     return cls(**values)
 
 
+def _describe(hint: Any) -> str:
+    """How an error message names what a type accepts (a union's members)."""
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(str, typing.get_args(hint)))
+    return "a number" if hint is float else "an integer" if hint is int else hint.__name__
+
+
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
@@ -391,8 +398,13 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if len(args) != len(value):
             _fail(where, value, f"expected a list of {len(args)} values")
         return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    if origin in (typing.Union, types.UnionType):
-        return value
+    if origin in (typing.Union, types.UnionType):  # the first member that accepts the value
+        for member in typing.get_args(hint):
+            try:
+                return _coerce(member, value, where)
+            except ConfigError:
+                continue
+        _fail(where, value, "must be " + " or ".join(_describe(m) for m in typing.get_args(hint)))
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float, str, bool):

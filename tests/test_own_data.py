@@ -170,11 +170,12 @@ def test_the_mlflow_experiment_is_named_after_the_task_and_the_data_unless_set()
 
 
 @pytest.mark.parametrize("raw, message", [
-    ({"tokenizer": {"max_unk_rate": 1.5}}, "tokenizer.max_unk_rate: must be in"),
-    ({"sequence": {"max_drop_rate": -0.1}}, "sequence.max_drop_rate: must be in"),
-    ({"tokenizer": {"src_vocab_size": "big"}}, "tokenizer.src_vocab_size: must be auto"),
-    ({"tokenizer": {"tgt_vocab_size": 2}}, "tokenizer.tgt_vocab_size: must be auto"),
-    ({"data": {"min_split_rows": -1}}, "data.min_split_rows: must be >= 0"),
+    ({"tokenizer": {"max_unk_rate": 1.5}}, r"tokenizer.max_unk_rate = 1.5: must be in \[0, 1\]"),
+    ({"sequence": {"max_drop_rate": -0.1}}, r"sequence.max_drop_rate = -0.1: must be in \[0, 1\]"),
+    ({"tokenizer": {"src_vocab_size": "big"}},
+     "tokenizer.src_vocab_size = 'big': must be an integer or auto"),
+    ({"tokenizer": {"tgt_vocab_size": 2}}, "tokenizer.tgt_vocab_size = 2: must be >= 5"),
+    ({"data": {"min_split_rows": -1}}, "data.min_split_rows = -1: must be >= 0"),
 ])
 def test_the_new_coverage_params_have_ranges(raw: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

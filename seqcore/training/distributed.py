@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from seqcore.hashing import digest
+
 #: torchrun sets these in every worker (https://pytorch.org/docs/stable/elastic/run.html).
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
@@ -26,6 +28,12 @@ TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 #: a one-line message) and left out of the checkpoint folder's name, so a run with another
 #: world size or device finds its folder and is told why it cannot resume it.
 RUNTIME_KEYS = ("train.nproc", "train.backend", "train.device_kind")
+
+
+def checkpoint_folder_name(contract: dict[str, Any]) -> str:
+    """The name of a run's checkpoint folder: a hash of its training contract less
+    ``RUNTIME_KEYS`` (train writes there; evaluate and the audit find it the same way)."""
+    return digest({k: v for k, v in contract.items() if k not in RUNTIME_KEYS})[:12]
 
 
 class WorldMismatch(RuntimeError):
