@@ -63,9 +63,9 @@ def tag_diffs(record: dict[str, Any], tags: dict[str, str], lock_sha: str | None
             diffs.append(f"tag {key}: {RUN} has {have!r}, the pipeline writes no such tag")
         elif have is None and key in want:
             diffs.append(f"tag {key}: {PIPELINE} has {expected!r}, {RUN} has nothing")
-        elif key == "git.commit":
+        elif key in ("git.commit", "mlflow.source.git.commit"):
             if have != expected and not _is_commit(have):
-                diffs.append(f"tag git.commit: {RUN} has {have!r}, not a commit of this "
+                diffs.append(f"tag {key}: {RUN} has {have!r}, not a commit of this "
                              f"repository (HEAD is {expected!r})")
         elif key == "dvc.lock.sha256":
             if have != lock_sha:

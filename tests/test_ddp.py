@@ -204,7 +204,7 @@ def two_rank_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_repro_with_two_processes_completes_and_passes_the_audit(two_rank_repo: Path) -> None:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("MLFLOW_TRACKING_URI", None)
-    res = subprocess.run([sys.executable, "-m", "pipeline.audit", "--sample", "4"],
+    res = subprocess.run([sys.executable, "-m", "pipeline.audit"],
                          cwd=two_rank_repo, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "audit: PASSED" in res.stdout + res.stderr

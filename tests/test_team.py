@@ -171,19 +171,24 @@ def person_b(person_a: PersonA, team: Team,
 
 
 def audit(repo: Path, env: dict[str, str], url: str, *args: str, ok: bool = True) -> str:
-    return sh(repo, " ".join([CHECK_B[2], "--sample", "4", *args]),
+    return sh(repo, " ".join([CHECK_B[2], *args]),
               env | {"MLFLOW_TRACKING_URI": url}, ok=ok)[1]
 
 
 # --- the two-person flow --------------------------------------------------------------------
 
 @pytest.mark.e2e
+
+def passed(out: str) -> bool:
+    """The audit's verdict line says PASSED (a clone has no checkpoints: a warning, not a fail)."""
+    return re.search(r"^audit: PASSED( with warnings \(checkpoints\))?$", out, re.M) is not None
+
 def test_second_clone_pulls_a_complete_result_that_audits_without_running_a_stage(
         person_b: tuple[Path, dict[str, str]], team: Team) -> None:
     repo, env = person_b
     assert "up to date" in sh(repo, CHECK_B[1], env)[1]
     out = audit(repo, env, team.mlflow)
-    assert out.rstrip().endswith("audit: PASSED") and "ok       mlflow run" in out, out
+    assert passed(out) and "ok       mlflow run" in out, out
     # No stage ran: train would have made checkpoints/, a local run mlflow.db, and any stage
     # would have rewritten committed reports.
     assert not (repo / "checkpoints").exists() and not (repo / "mlflow.db").exists()
@@ -247,7 +252,7 @@ def test_a_replaced_model_object_in_the_remote_is_named_at_pull_and_by_the_audit
         sh(repo, "dvc remote modify --local team verify false", env)
         sh(repo, CHECK_B[0], env)
         out = audit(repo, env, team.mlflow, "--no-mlflow", ok=False)
-        assert re.search(rf"models/model.pt: md5 \w+ on disk != {md5} in dvc.lock", out), out
+        assert re.search(rf"models/model.pt: workspace has md5 \w+, dvc.lock train.outs records {md5}", out), out
     finally:
         s3.put_object(Bucket=DVC_BUCKET, Key=key, Body=good)
 
@@ -298,8 +303,7 @@ def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_au
                        if not k.startswith("mlflow.") and k not in WHEN_RAN_TAGS}
         assert run["artifacts"].pop("dvc.lock")
     assert kept == live
-    assert audit(person_b[0], person_b[1], team.mlflow, "--run-id", replayed).rstrip().endswith(
-        "audit: PASSED")
+    assert passed(audit(person_b[0], person_b[1], team.mlflow, "--run-id", replayed))
 
 
 @pytest.mark.e2e
