@@ -165,7 +165,7 @@ def test_a_checkpoint_from_another_world_or_device_kind_is_refused_in_one_line(
 
 @pytest.mark.parametrize("spec", ["gpu", "cuda:", "cuda:x", "CPU", "cuda:0,1"])
 def test_device_specs_other_than_auto_cpu_cuda_and_cuda_n_are_refused(spec: str) -> None:
-    with pytest.raises(ConfigError, match="not one of auto, cpu, cuda, cuda:N"):
+    with pytest.raises(ConfigError, match="must be one of auto, cpu, cuda, cuda:N"):
         config_from_dict({"train": {"device": spec}})
     with pytest.raises(ConfigError, match="decode.device"):
         config_from_dict({"decode": {"device": spec}})
