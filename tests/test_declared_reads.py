@@ -104,11 +104,12 @@ RECORDER = r"""
 import dataclasses, json, runpy, sys
 import seqcore.config as C
 
-prefixes, reads = {}, set()
+prefixes, reads, alive = {}, set(), []
 fields = {cls: {f.name for f in dataclasses.fields(cls)} for cls in vars(C).values()
           if isinstance(cls, type) and dataclasses.is_dataclass(cls)}
 
 def index(obj, prefix):
+    alive.append(obj)  # an id is unique only while its object lives: keep each one alive
     prefixes[id(obj)] = prefix
     for name in fields[type(obj)]:
         value = object.__getattribute__(obj, name)
