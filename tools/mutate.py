@@ -240,8 +240,8 @@ MUTANTS: list[Mutant] = [
            "cfg.ss_cap)", "ss_prob = 0.0",
            (LIVE, "-k", live("train.ss_schedule"))),
     Mutant("param: train.select ignored", "pipeline/train.py",
-           'if cfg.train.select == "best_dev" and best.exists():\n        setup.model',
-           "if False:\n        setup.model",
+           '    if best is not None:\n        setup.model.load_state_dict(',
+           "    if False:\n        setup.model.load_state_dict(",
            (LIVE, "-k", "select_best_dev")),
     Mutant("param: evaluate.examples_per_failure ignored", "seqcore/metrics/recompute.py",
            "FailureRules(ev.repeat_ngram, ev.repeat_times, ev.examples_per_failure)",
@@ -257,9 +257,9 @@ MUTANTS: list[Mutant] = [
            (LIVE, "-k", live("decode.seed"))),
     Mutant("param: tokenizer stage does not declare the loss settings it signs", "dvc.yaml",
            "      - sequence.loss_norm\n      - sequence.label_smoothing\n"
-           "      - tokenizer.src_model_type",
-           "      - tokenizer.src_model_type",
-           (LIVE, "-k", live("sequence.label_smoothing", "sequence.loss_norm"))),
+           "      - data.casefold_target",
+           "      - data.casefold_target",
+           ("tests/test_declared_reads.py", "-k", "params_are_exactly and tokenizer")),
 ]
 
 
