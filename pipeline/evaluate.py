@@ -22,7 +22,7 @@ from seqcore.metrics.recompute import eval_spec
 from seqcore.training.distributed import checkpoint_folder_name
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
-from seqcore.training.loop import set_determinism
+from seqcore.determinism import set_determinism
 from seqcore.training.model_file import load_model
 
 

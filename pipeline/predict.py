@@ -23,7 +23,7 @@ from seqcore.data.inputs import SourceInput, check_source
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.tokenizer import load_tokenizers
-from seqcore.training.loop import set_determinism
+from seqcore.determinism import set_determinism
 from seqcore.training.model_file import load_model
 
 

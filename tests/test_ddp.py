@@ -37,7 +37,8 @@ from seqcore.determinism import DeviceUnavailable, resolve_device
 from seqcore.training.distributed import World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
-from seqcore.training.loop import TrainLoop, set_determinism
+from seqcore.determinism import set_determinism
+from seqcore.training.loop import TrainLoop
 from tests.conftest import TINY_PARAMS, copy_repo, merge
 from tests.test_pipeline_e2e import dvc
 

@@ -23,7 +23,7 @@ from seqcore.metrics.recompute import eval_spec, recompute_metrics
 from seqcore.metrics.report import render_report
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.models import build_model
-from seqcore.training.loop import teacher_forced_nll
+from seqcore.training.feeds import teacher_forced_nll
 
 # (id, group, reference, hypothesis, eos, pieces-override): variants of "either" share a group.
 CASES = [

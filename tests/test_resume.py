@@ -39,7 +39,8 @@ from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
-from seqcore.training.loop import TrainLoop, set_determinism
+from seqcore.determinism import set_determinism
+from seqcore.training.loop import TrainLoop
 
 
 def train(work, task, accum, kill_step, kill_micro, lr):

@@ -16,7 +16,8 @@ from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.models.rnn import RNNSeq2Seq
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import Trainer, teacher_forced_nll
+from seqcore.training.feeds import teacher_forced_nll
+from seqcore.training.loop import Trainer
 from seqcore.training.model_file import ModelInfo, load_model, save_model
 
 FAMILIES = ("transformer", "gru", "lstm")

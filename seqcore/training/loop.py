@@ -33,11 +33,10 @@ from torch import nn
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
-from seqcore.determinism import set_determinism  # noqa: F401 (re-exported for old callers)
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
-from seqcore.training.feeds import Feed, Seq2SeqFeed, teacher_forced_nll  # noqa: F401 (re-exported)
+from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 #: Columns of the training log (a DVC output): deterministic values only. Throughput is
