@@ -27,6 +27,7 @@ from typing import Any
 from pipeline import audit_rederive as R
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
+from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.tracking import build_record, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.config import Config, as_dict, load_config
@@ -150,7 +151,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     report = A.AuditReport()
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
     _run(report, "dvc.lock hashes and params", lambda: (
-        A.lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
+        lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
         if lock else ["dvc.lock missing"]))
     _run(report, "dvc status", dvc_status)
     pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.dvc_lock import upstream_lock_digest
 from pipeline.tracking import param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.compare import first_difference
@@ -125,8 +126,8 @@ def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
             lock_sha = hashlib.sha256(got[name]).hexdigest()
             with tempfile.TemporaryDirectory() as tmp:
                 (Path(tmp) / "dvc.lock").write_bytes(got[name])
-                logged = A.upstream_lock_digest(read_yaml12(Path(tmp) / "dvc.lock"))
-            if logged != A.upstream_lock_digest(lock):
+                logged = upstream_lock_digest(read_yaml12(Path(tmp) / "dvc.lock"))
+            if logged != upstream_lock_digest(lock):
                 diffs.append("artifact dvc.lock: its stages before evaluate differ from "
                              "the workspace dvc.lock's")
             continue

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.dvc_lock import md5_file
 from pipeline.tracking import read_yaml12
 from seqcore import audit as A
 from seqcore.config import Config
@@ -45,8 +46,8 @@ def rebuild_diffs(cfg: Config, lock: dict[str, Any]) -> list[str]:
     """Re-run the pipeline in a temporary copy; name the first stage whose outs diverge."""
     raw = Path(cfg.paths.raw)
     fetched = {o["path"]: o["md5"] for o in lock["stages"]["fetch"]["outs"]}
-    if raw.as_posix() in fetched and A.md5_file(raw) != fetched[raw.as_posix()]:
-        return [f"{raw}: workspace md5 {A.md5_file(raw)}, dvc.lock records "
+    if raw.as_posix() in fetched and md5_file(raw) != fetched[raw.as_posix()]:
+        return [f"{raw}: workspace md5 {md5_file(raw)}, dvc.lock records "
                 f"{fetched[raw.as_posix()]}: not the locked raw input"]
     with tempfile.TemporaryDirectory(prefix="audit-rebuild-") as tmp:
         repo = Path(tmp) / "repo"

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.dvc_lock import upstream_lock_digest
 from seqcore import __version__
-from seqcore.audit import upstream_lock_digest
 from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
 from seqcore.credentials import redact_text, redact_uri
 from seqcore.environment import producing_environment

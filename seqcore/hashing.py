@@ -8,13 +8,18 @@ from pathlib import Path
 from typing import Any
 
 
-def sha256_file(path: Path | str) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
+def file_hash(path: Path | str, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes under a hashlib algorithm, read in 1 MiB chunks."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_file(path: Path | str) -> str:
+    """Hex sha256 of a file's bytes."""
+    return file_hash(path, "sha256")
 
 
 def digest(obj: Any) -> str:

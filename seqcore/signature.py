@@ -93,15 +93,21 @@ def runtime_contract(cfg: Config) -> dict[str, Any]:
     return {"train.device_kind": kind, "train.backend": backend_for(kind, cfg.train.nproc)}
 
 
-def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[str, Any]:
-    """Flat dict of everything a checkpoint must agree with to be resumed."""
+def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
+    """The part of a training contract every task shares: the flat params of ``sections``
+    (train keys in NOT_CONTRACT left out), then the runtime contract."""
     from seqcore.config import as_dict, flatten  # noqa: PLC0415
 
-    tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "sequence", "model",
-                                                  "train")}
+    tree = {k: as_dict(getattr(cfg, k)) for k in sections}
     flat = {k: v for k, v in flatten(tree).items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)}
     flat.update(runtime_contract(cfg))
+    return flat
+
+
+def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[str, Any]:
+    """Flat dict of everything a seq2seq checkpoint must agree with to be resumed."""
+    flat = config_contract(cfg, ("data", "tokenizer", "sequence", "model", "train"))
     flat["task"] = cfg.task
     flat["signature"] = contract_signature(cfg, tokenizer_contract)
     flat["tokenizer.src.sha256"] = tokenizer_contract["src"]["sha256"]

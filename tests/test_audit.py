@@ -16,7 +16,8 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit import audit
-from seqcore.audit import AuditReport, dvc_md5, version_diffs
+from pipeline.dvc_lock import dvc_md5
+from seqcore.audit import AuditReport, version_diffs
 from seqcore.training.checkpoint import load_blob, save_blob
 from tests.conftest import AUDIT_SAMPLE, tool_env
 

@@ -21,8 +21,9 @@ from dvc.repo import Repo
 from pipeline import evaluate
 from pipeline.audit import audit
 from pipeline.audit_rebuild import rebuild_diffs
+from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.tracking import read_yaml12
-from seqcore.audit import AuditReport, lock_hash_diffs, stage_out_diffs
+from seqcore.audit import AuditReport, stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
 from tests.conftest import tool_env

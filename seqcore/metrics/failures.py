@@ -1,14 +1,8 @@
 """Failure modes of decoded outputs: empty, truncated, repeated, illegal, length ratio.
 
-The rules (also written into the report):
-- empty: the hypothesis has no token;
-- truncated: the decoder stopped at its maximum length without producing EOS;
-- repeated: some token n-gram of size 1..``repeat_ngram`` occurs ``repeat_times`` times back
-  to back (``K K K`` or ``A B A B A B`` for n=2, k=3);
-- illegal: a generated piece is a special symbol (UNK, BOS, EOS or PAD; see
-  seqcore.tokenizer.SPECIAL_PIECES) or,
-  where the task has a target alphabet, a token lies outside it (ARPAbet for G2P);
-- length ratio: hypothesis tokens / reference tokens (reference length floored at 1).
+Each rule is stated once in words, in :meth:`FailureRules.describe` (report.md prints
+that text), and checked once, in :func:`failure_kinds` (the modes) and
+:func:`failure_modes` (the unlicensed-repeat rate and the length ratio).
 """
 
 from __future__ import annotations

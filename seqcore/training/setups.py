@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqcore.config import Config, SequenceConfig, as_dict, flatten
+from seqcore.config import Config, SequenceConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
@@ -25,7 +25,7 @@ from seqcore.hashing import digest
 from seqcore.models import build_model
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.signature import (
-    NOT_CONTRACT, format_signature, runtime_contract, training_contract)
+    config_contract, format_signature, training_contract)
 from seqcore.training.checkpoint import SCHEMA_VERSION, load_blob, save_blob
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Feed, Seq2SeqFeed
@@ -104,10 +104,8 @@ def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
     fields = {"task": "lm", "data": digest([asdict(d) for d in docs])[:12],
               "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}",
               "bptt": str(cfg.train.bptt_len), "ls": f"{cfg.sequence.label_smoothing:g}"}
-    tree = {k: as_dict(getattr(cfg, k)) for k in ("data", "tokenizer", "model", "train")}
-    contract = {k: v for k, v in flatten(tree).items()
-                if not (k.startswith("train.") and k[6:] in NOT_CONTRACT)}
-    contract.update({**runtime_contract(cfg), "task": "lm", "signature": format_signature(fields),
+    contract = config_contract(cfg, ("data", "tokenizer", "model", "train"))
+    contract.update({"task": "lm", "signature": format_signature(fields),
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})
     feed = LMFeed((train, dev), ids, cfg.sequence.loss_norm, cfg.sequence.label_smoothing,
