@@ -16,6 +16,11 @@ Normalization = Literal["nfc", "nfkc", "none"]
 #: decoding, so text holding it can never round-trip; readers reject such rows.
 SP_META = "\u2581"
 
+#: The special pieces' strings, each with a leading control character (U+001F) so that no
+#: accepted text can spell one (see seqcore/tokenizer.py and :func:`unencodable_reason`).
+PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "\x1f<pad>", "\x1f<unk>", "\x1f<s>", "\x1f</s>"
+SPECIAL_PIECES = frozenset({PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE})
+
 
 def normalize(text: str, form: Normalization, casefold: bool) -> str:
     """Unicode-normalise, optionally case-fold, and collapse runs of whitespace to one space."""

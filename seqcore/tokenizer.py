@@ -25,13 +25,11 @@ import sentencepiece as spm
 
 from seqcore.contract import SpecialIds
 from seqcore.hashing import sha256_file
-from seqcore.text import Normalization, normalize, unencodable_reason
+from seqcore.text import (
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, Normalization, normalize, unencodable_reason)
 
 ModelType = Literal["char", "bpe", "unigram", "word"]
 
-#: The special pieces' strings (see the module docstring for the leading U+001F).
-PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "\x1f<pad>", "\x1f<unk>", "\x1f<s>", "\x1f</s>"
-SPECIAL_PIECES = frozenset({PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE})
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.models.rnn import RNNSeq2Seq, RNNShape
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.models.transformer import Transformer, TransformerShape
-from seqcore.training.batch import Batch, make_batch
+from seqcore.sequences import Batch, make_batch
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed
 from seqcore.training.loop import Trainer

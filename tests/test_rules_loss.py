@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.losses import sequence_loss
-from seqcore.training.batch import make_batch
+from seqcore.sequences import make_batch
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import Trainer
 from tests.test_rules_models import synthetic_pairs, tiny_model

@@ -18,7 +18,7 @@ from seqcore.decoding.greedy import greedy
 from seqcore.losses import sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
-from seqcore.training.batch import make_batch
+from seqcore.sequences import make_batch
 from tests.test_rules_models import FAMILIES, tiny_model
 
 ODD = SpecialIds(pad=5, unk=6, bos=7, eos=4)

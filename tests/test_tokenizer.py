@@ -8,9 +8,9 @@ import pytest
 
 from seqcore.contract import SpecialIds
 from seqcore.data.readers import read_pairs
-from seqcore.text import normalize
+from seqcore.text import SPECIAL_PIECES, normalize
 from seqcore.tokenizer import (
-    BOS_PIECE, EOS_PIECE, PAD_PIECE, SPECIAL_PIECES, UNK_PIECE, TextContract, Tokenizer,
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, TextContract, Tokenizer,
     TokenizerSettings, check_special_ids, round_trip, train_sentencepiece,
 )
 

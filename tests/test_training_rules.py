@@ -17,7 +17,8 @@ from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.losses import sequence_loss
 from seqcore.models.transformer import Transformer, TransformerShape
-from seqcore.training.batch import make_batch, mix_model_tokens
+from seqcore.sequences import make_batch
+from seqcore.training.batch import mix_model_tokens
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import Trainer, TooManySkippedSteps, autocast_context

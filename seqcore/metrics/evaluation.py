@@ -18,7 +18,7 @@ from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats
 from seqcore.metrics.teacher import TeacherStats, nll_summary
-from seqcore.tokenizer import UNK_PIECE
+from seqcore.text import UNK_PIECE
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from seqcore.decoding.predictions import PredictionRow
 from seqcore.metrics.scores import ratio
-from seqcore.tokenizer import SPECIAL_PIECES
+from seqcore.text import SPECIAL_PIECES
 
 KINDS = ("empty", "truncated", "repeated", "illegal")
 

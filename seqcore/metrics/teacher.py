@@ -14,7 +14,7 @@ from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.examples import Example
 from seqcore.metrics.scores import perplexity, ratio
 from seqcore.models.base import EncoderDecoder
-from seqcore.training.batch import teacher_forced_passes
+from seqcore.sequences import teacher_forced_passes
 
 
 @dataclass(frozen=True)

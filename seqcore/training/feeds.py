@@ -20,7 +20,8 @@ from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
-from seqcore.training.batch import Batch, make_batch, mix_model_tokens, teacher_forced_passes
+from seqcore.sequences import Batch, make_batch, teacher_forced_passes
+from seqcore.training.batch import mix_model_tokens
 from seqcore.training.distributed import World
 
 CPU = torch.device("cpu")
