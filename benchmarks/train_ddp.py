@@ -67,7 +67,7 @@ def worker(rank: int, cfg: Config, kind: str, amp: str, nproc: int, steps: int, 
             if kind == "cuda":
                 torch.cuda.synchronize()
             start, tokens = time.perf_counter(), 0
-        tokens += int(loop.train_step()[4])
+        tokens += int(loop.train_step().tokens)
     if kind == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start

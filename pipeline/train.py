@@ -25,7 +25,7 @@ from seqcore.environment import producing_environment
 from seqcore.metrics.nulls import null_undefined
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import LOG_COLUMNS, TrainLoop
+from seqcore.training.loop import LOG_COLUMNS, StepLog, TrainLoop
 from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
 
 
@@ -69,7 +69,7 @@ def main() -> None:
     except D.WorldMismatch as err:
         sys.exit(f"[train] {err}")
     if not world.main:
-        trainer.run(lambda row: None)
+        trainer.run(lambda entry, tokens_per_s: None)
         return D.close_world(world)
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
@@ -78,15 +78,15 @@ def main() -> None:
     with open(log_path, "w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(LOG_COLUMNS)
-        writer.writerows(trainer.state.history)
+        writer.writerows(h.row() for h in trainer.state.history)
 
-        def log(row: list[float]) -> None:  # LOG_COLUMNS values, then tokens/s (console only)
-            writer.writerow(row[:-1])
+        def log(e: StepLog, tokens_per_s: float) -> None:  # tokens/s: console only
+            writer.writerow(e.row())
             f.flush()
-            if not sys.stderr.isatty() and row[0] % cfg.train.log_every == 0:
-                print(f"[train] step {row[0]:.0f} loss {row[3]:.4f} lr {row[2]:.2e} "
-                      f"grad_norm {row[5]:.3f} dev_nll {row[7]:.4f} skipped {row[6]:.0f} "
-                      f"tok/s {row[-1]:.0f}", file=sys.stderr)
+            if not sys.stderr.isatty() and e.step % cfg.train.log_every == 0:
+                print(f"[train] step {e.step:.0f} loss {e.loss:.4f} lr {e.lr:.2e} "
+                      f"grad_norm {e.grad_norm:.3f} dev_nll {e.dev_nll:.4f} skipped "
+                      f"{e.skipped:.0f} tok/s {tokens_per_s:.0f}", file=sys.stderr)
 
         state = trainer.run(log)
     best = ckpt.best_weights(state.best_step) if cfg.train.select == "best_dev" else None
@@ -104,7 +104,7 @@ def main() -> None:
     write_json(cfg.paths.train_metrics, null_undefined({
         "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,
         "best_step": state.best_step, "best_dev_nll": state.best_dev,
-        "final_loss": state.history[-1][3] if state.history else None,
+        "final_loss": state.history[-1].loss if state.history else None,
         "selected_step": selected_step, **setup.report()}))
     # Numbers only in the metrics file (`dvc exp show` columns); the model hash is in its
     # sidecar, and evaluate's results.json names the checkpoint folder.

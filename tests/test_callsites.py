@@ -31,7 +31,7 @@ from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.sequences import Batch, make_batch
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed
-from seqcore.training.loop import Trainer
+from seqcore.training.loop import StepLog, Trainer
 
 IDS = SpecialIds(0, 1, 2, 3)
 #: Special ids at the top of the vocabulary: a call site that hard-codes 0..3 gets them wrong.
@@ -124,7 +124,7 @@ def test_loop_minimises_the_smoothed_loss_without_pad_or_bos_mass_over_the_whole
     expected = hand_loss(reference, batches, 0.2, norm, ids)
     expected.backward()
     row = tr.train_step()
-    assert row[3] == pytest.approx(float(expected.detach()), rel=1e-5)  # the logged loss
+    assert row.loss == pytest.approx(float(expected.detach()), rel=1e-5)  # the logged loss
     for p, r in zip(tr.model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-7)  # what is minimised
 
@@ -154,7 +154,7 @@ def test_clip_comes_after_unscale_with_an_enabled_grad_scaler(tmp_path: Path) ->
     row = tr.train_step()
     # The logged pre-clip norm is the unscaled one, and clipping scaled the unscaled
     # gradient to the threshold (clipping first would clip the 4096x gradient instead).
-    assert row[5] == pytest.approx(ref_norm, rel=1e-4)
+    assert row.grad_norm == pytest.approx(ref_norm, rel=1e-4)
     for p, r in zip(tr.model.parameters(), ref, strict=True):
         torch.testing.assert_close(p.grad, r * (0.01 / ref_norm), rtol=1e-3, atol=1e-9)
 
@@ -184,13 +184,13 @@ def test_dev_nll_of_the_training_loop_runs_with_dropout_off(tmp_path: Path) -> N
     dev = examples(5, seed=3)
     tr = trainer(tmp_path, examples(8), SequenceConfig(), dev=dev, model=tiny_model(0.5),
                  max_steps=1, eval_every=1, checkpoint_every=1)
-    rows: list[list[float]] = []
+    rows: list[StepLog] = []
     seen = dropout_modes(tr.model)
-    tr.run(rows.append)
+    tr.run(lambda entry, tokens_per_s: rows.append(entry))
     assert tr.model.training  # training continues in train mode after the dev pass
     assert seen and seen[-1] is False  # the last forward was the dev pass
     total, count = tr.feed.dev_nll(tr.model)
-    assert rows[0][7] == pytest.approx(eval_nll(tr.model, dev) / count, rel=1e-5)
+    assert rows[0].dev_nll == pytest.approx(eval_nll(tr.model, dev) / count, rel=1e-5)
     assert total == pytest.approx(eval_nll(tr.model, dev), rel=1e-5)
 
 

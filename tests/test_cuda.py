@@ -66,24 +66,24 @@ def test_fp16_autocast_trains_through_the_grad_scaler_and_skips_non_finite_steps
     trainer.resume()
     for _ in range(3):
         row = trainer.train_step()
-    assert torch.isfinite(torch.tensor(row[3])) and trainer.scaler.is_enabled()
+    assert torch.isfinite(torch.tensor(row.loss)) and trainer.scaler.is_enabled()
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.scaler.update(2.0**40)  # the scaled fp16 backward overflows: the step is skipped
     row = trainer.train_step()
-    assert row[6] == 1 and trainer.scaler.get_scale() == 2.0**39  # skipped, scale halved
+    assert row.skipped == 1 and trainer.scaler.get_scale() == 2.0**39  # skipped, scale halved
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
 
 
 def test_resume_on_one_gpu_is_bitwise_exact(tmp_path: Path) -> None:
     straight = loop(tmp_path / "a")
     straight.resume()
-    straight.run(lambda row: None)
+    straight.run(lambda entry, tokens_per_s: None)
     first = loop(tmp_path / "b", max_steps=3)
     first.resume()
-    first.run(lambda row: None)
+    first.run(lambda entry, tokens_per_s: None)
     second = loop(tmp_path / "b")
     assert second.resume() == "ckpt-00000003.pt"
-    second.run(lambda row: None)
+    second.run(lambda entry, tokens_per_s: None)
     for a, b in zip(straight.model.parameters(), second.model.parameters()):
         assert torch.equal(a, b)
     assert straight.state.history == second.state.history
@@ -92,7 +92,7 @@ def test_resume_on_one_gpu_is_bitwise_exact(tmp_path: Path) -> None:
 def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
     trainer = loop(tmp_path)
     trainer.resume()
-    trainer.run(lambda row: None)
+    trainer.run(lambda entry, tokens_per_s: None)
     save_model(tmp_path / "model.pt", trainer.model, INFO, {"trained_on": "cuda"})
     model, meta = load_model(tmp_path / "model.pt")
     assert all(p.device.type == "cpu" for p in model.parameters())

@@ -101,7 +101,7 @@ def _setup(task: str, accum: int, world: World) -> TrainLoop:
 def _run_steps(loop: TrainLoop) -> dict[str, list[torch.Tensor]]:
     grads, losses = [], []
     for _ in range(STEPS):
-        losses.append(loop.train_step()[3])
+        losses.append(loop.train_step().loss)
         grads.append([p.grad.clone() for p in loop.model.parameters()])
     return {"grads": grads, "weights": [p.detach().clone() for p in loop.model.parameters()],
             "losses": losses}

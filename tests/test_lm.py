@@ -161,7 +161,7 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
     setup = lm_setup(cfg, docs)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(tmp_path, 2),
                       setup.contract, setup.d_model)
-    state = trainer.run(lambda row: None)
+    state = trainer.run(lambda entry, tokens_per_s: None)
     assert state.step == 3 and state.best_step == 3
     report = setup.report()["lm"]
     assert report["dev_ppl_carried"] > 1 and report["test_ppl_reset_every_segment"] > 1

@@ -78,12 +78,13 @@ def train(work, task, accum, kill_step, kill_micro, lr):
                 os.kill(os.getpid(), signal.SIGKILL)
             return out
         feed.loss = counting_loss
-    state = trainer.run(lambda row: None)
+    state = trainer.run(lambda entry, tokens_per_s: None)
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         h.update(name.encode() + t.detach().contiguous().numpy().tobytes())
     Path(work, "result.json").write_text(json.dumps(
-        {"weights": h.hexdigest(), "history": state.history, "skipped": state.skipped}))
+        {"weights": h.hexdigest(), "history": [e.row() for e in state.history],
+         "skipped": state.skipped}))
 
 
 # Each job runs in its own process, forked from this interpreter before it has trained

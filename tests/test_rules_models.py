@@ -146,7 +146,7 @@ def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path
     trainer = Trainer(model, cfg, SequenceConfig(), ids, (ex, ex[:8]),
                       CheckpointDir(tmp_path / "ckpt", 1), {"family": family}, 16)
     before = teacher_forced_nll(model, ex, ids, 40)
-    trainer.run(lambda row: None)
+    trainer.run(lambda entry, tokens_per_s: None)
     after = teacher_forced_nll(model, ex, ids, 40)
     assert after[0] / after[1] < 0.85 * before[0] / before[1], (before, after)
     # The model file rebuilds the same family and decodes with the cached interface.

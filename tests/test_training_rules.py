@@ -66,7 +66,7 @@ def test_bf16_autocast_on_cpu_runs_in_bf16_and_steps(tmp_path: Path) -> None:
         assert tr.model(b.src, b.src_mask, b.tf.inputs).dtype == torch.bfloat16
     before = params_of(tr.model)
     row = tr.train_step()
-    assert math.isfinite(row[3]) and math.isfinite(row[5]) and tr.state.skipped == 0
+    assert math.isfinite(row.loss) and math.isfinite(row.grad_norm) and tr.state.skipped == 0
     assert any(not torch.equal(a, p) for a, p in zip(before, tr.model.parameters()))
 
 
@@ -84,7 +84,7 @@ def test_non_finite_gradient_skips_the_step_counts_it_and_stops_after_the_limit(
     before = params_of(tr.model)
     for step in (1, 2):
         row = tr.train_step()
-        assert math.isnan(row[5]) and tr.state.skipped == step == row[6]
+        assert math.isnan(row.grad_norm) and tr.state.skipped == step == row.skipped
     assert all(torch.equal(a.nan_to_num(), p.nan_to_num()) for a, p in  # no step was taken
                zip(before, tr.model.parameters()))
     with pytest.raises(TooManySkippedSteps, match="3 non-finite gradient steps in a row"):
@@ -121,7 +121,7 @@ def test_accumulated_micro_batches_give_the_big_batch_gradient_over_all_tokens(
     row = tr.train_step()
     for p, r in zip(tr.model.parameters(), ref):
         torch.testing.assert_close(p.grad, r, rtol=1e-4, atol=1e-6)
-    assert row[4] == sum(make_batch(m, IDS).tokens for m in micro)
+    assert row.tokens == sum(make_batch(m, IDS).tokens for m in micro)
     # A mean of the two micro-batch means is a different (wrong) gradient here.
     means = [big_batch_grads(copy.deepcopy(tr.model), m) for m in micro]
     assert not all(torch.allclose((a + b) / 2, r, rtol=1e-3) for a, b, r in
@@ -136,7 +136,7 @@ def test_clipping_scales_the_global_norm_once_after_all_micro_batches(tmp_path: 
     ref_norm = float(torch.linalg.vector_norm(torch.stack([r.norm() for r in ref])))
     assert ref_norm > 0.01
     row = tr.train_step()
-    assert row[5] == pytest.approx(ref_norm, rel=1e-4)  # the logged norm is the pre-clip one
+    assert row.grad_norm == pytest.approx(ref_norm, rel=1e-4)  # the logged norm is the pre-clip one
     # Global-norm clipping keeps the direction: every gradient is scaled by the same factor
     # (per-value clamping would not), and the clipped global norm is the threshold.
     for p, r in zip(tr.model.parameters(), ref):

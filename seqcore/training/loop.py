@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -39,10 +39,30 @@ from seqcore.training.checkpoint import (
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
-#: Columns of the training log (a DVC output): deterministic values only. Throughput is
-#: wall-clock time, so it goes to the console and never into a tracked file (issue 12).
-LOG_COLUMNS = ("step", "epoch", "lr", "loss", "tokens", "grad_norm", "skipped", "dev_nll",
-               "ss_prob")
+
+@dataclass(frozen=True)
+class StepLog:
+    """One optimisation step as logged in the training log (a DVC output) and in the
+    checkpoint's history: deterministic values only. Throughput is wall-clock time, so it
+    goes to the console and never into a tracked file (issue 12)."""
+
+    step: int
+    epoch: int
+    lr: float
+    loss: float  # the step's loss under sequence.loss_norm (label smoothing included)
+    tokens: int  # valid label tokens of the step, summed over ranks
+    grad_norm: float  # global L2 norm before clipping (not finite for a skipped step)
+    skipped: int  # skipped steps so far
+    dev_nll: float  # dev token NLL on an evaluation step, else NaN
+    ss_prob: float  # scheduled-sampling probability
+
+    def row(self) -> list[float]:
+        """The values in LOG_COLUMNS order: a CSV row, and the checkpoint's history format."""
+        return [getattr(self, name) for name in LOG_COLUMNS]
+
+
+#: Columns of the training log, in StepLog's field order.
+LOG_COLUMNS = tuple(f.name for f in fields(StepLog))
 
 
 class TooManySkippedSteps(RuntimeError):
@@ -59,7 +79,7 @@ class TrainState:
     consecutive_skips: int = 0
     best_dev: float = math.inf
     best_step: int = 0
-    history: list[list[float]] = field(default_factory=list)
+    history: list[StepLog] = field(default_factory=list)
 
 
 def autocast_context(amp: str, device: torch.device) -> Any:
@@ -120,7 +140,7 @@ class TrainLoop:
             "state": {"step": s.step, "tokens": s.tokens, "skipped": s.skipped,
                       "consecutive_skips": s.consecutive_skips, "best_dev": s.best_dev,
                       "best_step": s.best_step, "select": self.cfg.select},
-            "history": s.history, "contract": self.contract,
+            "history": [h.row() for h in s.history], "contract": self.contract,
         }
 
     def resume(self) -> str | None:
@@ -154,7 +174,7 @@ class TrainLoop:
         rng_restore(mine["rng"])
         st = p["state"]
         self.state = TrainState(st["step"], st["tokens"], st["skipped"], st["consecutive_skips"],
-                                st["best_dev"], st["best_step"], [list(r) for r in p["history"]])
+                                st["best_dev"], st["best_step"], [StepLog(*r) for r in p["history"]])
         D.barrier(self.world)
         return found.path.name
 
@@ -173,8 +193,9 @@ class TrainLoop:
                 f"{stored['device_kind']} to resume it, or train.resume: fresh to start over")
 
     # -- one step ------------------------------------------------------------------------
-    def train_step(self) -> list[float]:
-        """One optimisation step over ``accum_steps`` micro-batches; returns its log row."""
+    def train_step(self) -> StepLog:
+        """One optimisation step over ``accum_steps`` micro-batches; returns its log entry
+        (``dev_nll`` NaN: the run fills it on an evaluation step)."""
         s, cfg, feed = self.state, self.cfg, self.feed
         epoch = feed.epoch
         batches = [feed.draw() for _ in range(cfg.accum_steps)]
@@ -214,8 +235,8 @@ class TrainLoop:
         self.scaler.update()
         s.step += 1
         s.tokens += tokens
-        return [s.step, epoch, lr, loss_sum / denominator, tokens, norm, s.skipped,
-                math.nan, ss_prob]
+        return StepLog(s.step, epoch, lr, loss_sum / denominator, tokens, norm, s.skipped,
+                       math.nan, ss_prob)
 
     def _unscale_clip(self) -> float:
         """Unscale, check finiteness, clip by global norm; returns the pre-clip norm."""
@@ -226,10 +247,10 @@ class TrainLoop:
         return float(norm)
 
     # -- the run -------------------------------------------------------------------------
-    def run(self, log: Callable[[list[float]], None]) -> TrainState:
+    def run(self, log: Callable[[StepLog, float], None]) -> TrainState:
         """Train until ``max_steps``, checkpointing and evaluating on the way.
 
-        ``log`` gets each step's LOG_COLUMNS values followed by its tokens per second.
+        ``log`` gets each step's entry and its tokens per second (wall clock, console only).
         """
         self.model.train()
         from tqdm import tqdm  # noqa: PLC0415
@@ -238,13 +259,13 @@ class TrainLoop:
                    disable=not sys.stderr.isatty() or not self.world.main, unit="step")
         while self.state.step < self.cfg.max_steps:
             t0 = time.perf_counter()
-            row = self.train_step()
-            row.append(row[4] / max(time.perf_counter() - t0, 1e-9))
-            self._maybe_evaluate(row)
-            self.state.history.append(row[:-1])
-            log(row)
+            entry = self.train_step()
+            tokens_per_s = entry.tokens / max(time.perf_counter() - t0, 1e-9)
+            entry = self._maybe_evaluate(entry)
+            self.state.history.append(entry)
+            log(entry, tokens_per_s)
             bar.update(1)
-            bar.set_postfix(loss=f"{row[3]:.3f}", tok_s=f"{row[-1]:.0f}")
+            bar.set_postfix(loss=f"{entry.loss:.3f}", tok_s=f"{tokens_per_s:.0f}")
             if self.state.step % self.cfg.checkpoint_every == 0 or \
                     self.state.step == self.cfg.max_steps:
                 payload = self.payload()  # gathers every rank's state: a barrier
@@ -254,23 +275,25 @@ class TrainLoop:
         bar.close()
         return self.state
 
-    def _maybe_evaluate(self, row: list[float]) -> None:
+    def _maybe_evaluate(self, entry: StepLog) -> StepLog:
+        """The entry with its dev NLL on an evaluation step (and a new best checkpoint)."""
         s = self.state
         if s.step % self.cfg.eval_every and s.step != self.cfg.max_steps:
-            return
+            return entry
         total, count = self.feed.dev_nll(self.model)
         if count == 0:
-            return
-        row[7] = total / count
+            return entry
+        dev_nll = total / count
         if self.world.size > 1:  # every rank takes rank 0's value, so all decide alike
-            row[7] = D.all_reduce_sum(self.world, [row[7] if self.world.main else 0.0],
-                                      self.device)[0]
-        if row[7] < s.best_dev:
-            s.best_dev, s.best_step = row[7], s.step
+            dev_nll = D.all_reduce_sum(self.world, [dev_nll if self.world.main else 0.0],
+                                       self.device)[0]
+        if dev_nll < s.best_dev:
+            s.best_dev, s.best_step = dev_nll, s.step
             if self.cfg.select == "best_dev":
                 payload = self.payload()
                 if self.world.main:
                     self.ckpt.save_best(payload)
+        return replace(entry, dev_nll=dev_nll)
 
 
 class Trainer(TrainLoop):
