@@ -30,8 +30,9 @@ from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.sequences import Batch, make_batch
 from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
-from seqcore.training.loop import StepLog, Trainer
+from seqcore.training.loop import StepLog, TrainLoop
 
 IDS = SpecialIds(0, 1, 2, 3)
 #: Special ids at the top of the vocabulary: a call site that hard-codes 0..3 gets them wrong.
@@ -57,11 +58,12 @@ def tiny_model(dropout: float = 0.0, pad: int = IDS.pad) -> Transformer:
 
 
 def trainer(tmp_path: Path, data: list[Example], seq: SequenceConfig, dev: list[Example] = (),
-            model: nn.Module | None = None, ids: SpecialIds = IDS, **train: object) -> Trainer:
+            model: nn.Module | None = None, ids: SpecialIds = IDS, **train: object) -> TrainLoop:
     cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, "clip_norm": 0.0, **train})
-    return Trainer(model or tiny_model(pad=ids.pad), cfg, seq, ids, (data, list(dev)),
-                   CheckpointDir(tmp_path / "ck", 2), {}, 16)
+    return TrainLoop(model or tiny_model(pad=ids.pad), cfg,
+                     Seq2SeqFeed((data, list(dev)), ids, seq, cfg),
+                     CheckpointDir(tmp_path / "ck", 2), {}, 16)
 
 
 def drawn_batches(data: list[Example], k: int, ids: SpecialIds = IDS) -> list[Batch]:

@@ -15,7 +15,8 @@ from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.losses import sequence_loss
 from seqcore.sequences import make_batch
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import Trainer
+from seqcore.training.feeds import Seq2SeqFeed
+from seqcore.training.loop import TrainLoop
 from tests.test_rules_models import synthetic_pairs, tiny_model
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -122,8 +123,8 @@ def test_loss_normalisation_trainer_accumulation_equals_one_big_batch(
         model = tiny_model("transformer").train()
         cfg = TrainConfig(batch_size=batch_size, accum_steps=accum, clip_norm=0.0, max_steps=1,
                           schedule="constant", lr=0.0, bucket_width=1)
-        trainer = Trainer(model, cfg, seq, ids, (examples, []),
-                          CheckpointDir(tmp_path / f"c{accum}", 1), {}, 16)
+        trainer = TrainLoop(model, cfg, Seq2SeqFeed((examples, []), ids, seq, cfg),
+                            CheckpointDir(tmp_path / f"c{accum}", 1), {}, 16)
         trainer.train_step()
         found.append(grads(model))
     for got, want in zip(found[1], found[0], strict=True):

@@ -16,8 +16,8 @@ from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.models.rnn import RNNSeq2Seq
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.feeds import teacher_forced_nll
-from seqcore.training.loop import Trainer
+from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
+from seqcore.training.loop import TrainLoop
 from seqcore.training.model_file import ModelInfo, load_model, save_model
 
 FAMILIES = ("transformer", "gru", "lstm")
@@ -143,8 +143,8 @@ def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path
     cfg = TrainConfig(batch_size=8, max_steps=20, schedule="constant", lr=0.02, warmup_steps=1,
                       eval_every=20, checkpoint_every=20, bucket_width=8)
     ex = synthetic_pairs(40)
-    trainer = Trainer(model, cfg, SequenceConfig(), ids, (ex, ex[:8]),
-                      CheckpointDir(tmp_path / "ckpt", 1), {"family": family}, 16)
+    trainer = TrainLoop(model, cfg, Seq2SeqFeed((ex, ex[:8]), ids, SequenceConfig(), cfg),
+                        CheckpointDir(tmp_path / "ckpt", 1), {"family": family}, 16)
     before = teacher_forced_nll(model, ex, ids, 40)
     trainer.run(lambda entry, tokens_per_s: None)
     after = teacher_forced_nll(model, ex, ids, 40)

@@ -21,7 +21,7 @@ from seqcore.sequences import make_batch
 from seqcore.training.batch import mix_model_tokens
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.loop import Trainer, TooManySkippedSteps, autocast_context
+from seqcore.training.loop import TooManySkippedSteps, TrainLoop, autocast_context
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 IDS = SpecialIds(0, 1, 2, 3)
@@ -45,11 +45,11 @@ def tiny_model(dropout: float = 0.0) -> Transformer:
                                         True, 16, 0))
 
 
-def trainer(tmp_path: Path, data: list[Example], **train: object) -> Trainer:
+def trainer(tmp_path: Path, data: list[Example], **train: object) -> TrainLoop:
     cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, **train})
-    return Trainer(tiny_model(), cfg, NOLS, IDS, (data, []), CheckpointDir(tmp_path / "ck", 2),
-                   {}, 16)
+    return TrainLoop(tiny_model(), cfg, Seq2SeqFeed((data, []), IDS, NOLS, cfg),
+                     CheckpointDir(tmp_path / "ck", 2), {}, 16)
 
 
 def params_of(model: nn.Module) -> list[torch.Tensor]:

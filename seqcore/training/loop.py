@@ -14,7 +14,7 @@ unscale, the finiteness check and the clip in step 3 see the global gradient on 
 With one process these collectives are skipped and the loop is the single-process loop.
 
 ``TrainLoop`` runs on any feed (``seqcore.training.feeds``: encoded pairs, or the lm task's
-streams); ``Trainer`` is the loop over encoded pairs with its historical signature.
+streams).
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqcore.config import SequenceConfig, TrainConfig
-from seqcore.contract import SpecialIds
-from seqcore.data.examples import Example
+from seqcore.config import TrainConfig
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
-from seqcore.training.feeds import Feed, Seq2SeqFeed
+from seqcore.training.feeds import Feed
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 
@@ -294,14 +292,3 @@ class TrainLoop:
                 if self.world.main:
                     self.ckpt.save_best(payload)
         return replace(entry, dev_nll=dev_nll)
-
-
-class Trainer(TrainLoop):
-    """The training loop over encoded pairs (g2p, parallel): a TrainLoop on a Seq2SeqFeed."""
-
-    def __init__(
-        self, model: nn.Module, cfg: TrainConfig, seq: SequenceConfig, ids: SpecialIds,
-        data: tuple[list[Example], list[Example]], ckpt: CheckpointDir,
-        contract: dict[str, Any], d_model: int,
-    ) -> None:
-        super().__init__(model, cfg, Seq2SeqFeed(data, ids, seq, cfg), ckpt, contract, d_model)
