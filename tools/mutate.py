@@ -193,7 +193,7 @@ MUTANTS: list[Mutant] = [
            "    return nth >= bound  #", "    return nth >= bound - 1e9  #",
            ("tests/test_decoding.py", "-k", "exhaustive")),
     # -- eval mode in the passes behind reported numbers (wiring) ----------------------------
-    Mutant("wiring: teacher-forced passes in train mode", "seqcore/training/batch.py",
+    Mutant("wiring: teacher-forced passes in train mode", "seqcore/sequences.py",
            "    model.eval()\n    device", "    device",
            (CALLSITES, "-k", "dropout_off")),
     Mutant("wiring: lm dev NLL in train mode", "seqcore/training/lm.py",
