@@ -156,3 +156,24 @@ def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path
     assert type(loaded) is type(model)
     src, mask = pad_batch([[4, 5, 6]], ids.pad)
     assert len(greedy(loaded, src, mask, ids, max_len=6)) == 1
+
+
+def test_transformer_state_dicts_with_the_old_residual_names_still_load() -> None:
+    """Checkpoints and model files from before issue 11 call the residuals r1/r2/r3."""
+    was = {"encoder": {"attn_residual": "r1", "ff_residual": "r2"},
+           "decoder": {"self_attn_residual": "r1", "cross_attn_residual": "r2",
+                       "ff_residual": "r3"}}
+
+    def old_name(key: str) -> str:
+        parts = key.split(".")
+        if parts[0] in was and parts[2] in was[parts[0]]:
+            parts[2] = was[parts[0]][parts[2]]
+        return ".".join(parts)
+
+    model = tiny_model("transformer")
+    old = {old_name(k): v for k, v in model.state_dict().items()}
+    assert "decoder.1.r3.norm.weight" in old and not any("_residual" in k for k in old)
+    fresh = build_model(tiny_config("transformer"), VOCAB, VOCAB, PAD, 64)
+    fresh.load_state_dict(old)
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
+                                                 model.state_dict().values(), strict=True))

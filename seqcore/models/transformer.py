@@ -8,6 +8,7 @@ memory's cross-attention keys/values once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Self
 
@@ -112,7 +113,12 @@ class Attention(nn.Module):
 
 
 class Residual(nn.Module):
-    """Pre-LN ``x + f(ln(x))`` or post-LN ``ln(x + f(x))`` around a sublayer."""
+    """Pre-LN ``x + f(ln(x))`` or post-LN ``ln(x + f(x))`` around a sublayer.
+
+    It holds the norm and dropout, not the sublayer: a layer registers its sublayers first
+    and their residuals after them, so the parameter order (which fixes the summation order
+    of the global gradient norm) is the same as in earlier versions.
+    """
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool) -> None:
         super().__init__()
@@ -133,39 +139,73 @@ def feed_forward(d_model: int, d_ff: int, dropout: float) -> nn.Sequential:
                          nn.Linear(d_ff, d_model))
 
 
+KeysValues = tuple[torch.Tensor, torch.Tensor]
+
+
+def accept_old_names(layer: nn.Module, names: dict[str, str]) -> None:
+    """Let ``layer`` load state dicts that use its residuals' names from before issue 11
+    (``r1``, ``r2``, ``r3``), so older checkpoints resume and older model files load."""
+
+    def rename(module: nn.Module, state_dict: dict[str, torch.Tensor], prefix: str,
+               *_: object) -> None:
+        for old, new in names.items():
+            for key in [k for k in state_dict if k.startswith(f"{prefix}{old}.")]:
+                state_dict[f"{prefix}{new}{key[len(prefix + old):]}"] = state_dict.pop(key)
+
+    layer.register_load_state_dict_pre_hook(rename)
+
+
 class EncoderLayer(nn.Module):
+    """Self-attention block, then feed-forward block."""
+
     def __init__(self, s: TransformerShape) -> None:
         super().__init__()
         self.attn = Attention(s.d_model, s.n_heads, s.dropout)
         self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
-        self.r1 = Residual(s.d_model, s.dropout, s.norm_first)
-        self.r2 = Residual(s.d_model, s.dropout, s.norm_first)
+        self.attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
+        self.ff_residual = Residual(s.d_model, s.dropout, s.norm_first)
+        accept_old_names(self, {"r1": "attn_residual", "r2": "ff_residual"})
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        h = self.r1.pre(x)
+        """x (B, S, D), mask (B, 1, S, S) -> (B, S, D)."""
+        h = self.attn_residual.pre(x)
         k, v = self.attn.keys_values(h)
-        x = self.r1.post(x, self.attn(h, k, v, mask))
-        return self.r2.post(x, self.ff(self.r2.pre(x)))
+        x = self.attn_residual.post(x, self.attn(h, k, v, mask))
+        return self.ff_residual.post(x, self.ff(self.ff_residual.pre(x)))
 
 
 class DecoderLayer(nn.Module):
+    """Causal self-attention block, cross-attention block, then feed-forward block."""
+
     def __init__(self, s: TransformerShape) -> None:
         super().__init__()
         self.self_attn = Attention(s.d_model, s.n_heads, s.dropout)
         self.cross_attn = Attention(s.d_model, s.n_heads, s.dropout)
         self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
-        self.r1 = Residual(s.d_model, s.dropout, s.norm_first)
-        self.r2 = Residual(s.d_model, s.dropout, s.norm_first)
-        self.r3 = Residual(s.d_model, s.dropout, s.norm_first)
+        self.self_attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
+        self.cross_attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
+        self.ff_residual = Residual(s.d_model, s.dropout, s.norm_first)
+        accept_old_names(self, {"r1": "self_attn_residual", "r2": "cross_attn_residual",
+                                "r3": "ff_residual"})
+
+    def self_keys_values(self, x: torch.Tensor) -> KeysValues:
+        """Self-attention keys and values of the layer input x (B, T, D): (B, H, T, Dh) each."""
+        return self.self_attn.keys_values(self.self_attn_residual.pre(x))
+
+    def cross_keys_values(self, states: torch.Tensor) -> KeysValues:
+        """Cross-attention keys and values of the encoder states (B, S, D): (B, H, S, Dh)."""
+        return self.cross_attn.keys_values(states)
 
     def forward(
-        self, x: torch.Tensor, self_kv: tuple[torch.Tensor, torch.Tensor], self_mask: torch.Tensor,
-        cross_kv: tuple[torch.Tensor, torch.Tensor], cross_mask: torch.Tensor,
+        self, x: torch.Tensor, self_kv: KeysValues, self_mask: torch.Tensor,
+        cross_kv: KeysValues, cross_mask: torch.Tensor,
     ) -> torch.Tensor:
         """x (B, T, D); self_kv over all visible target positions; cross_kv over the source."""
-        x = self.r1.post(x, self.self_attn(self.r1.pre(x), *self_kv, self_mask))
-        x = self.r2.post(x, self.cross_attn(self.r2.pre(x), *cross_kv, cross_mask))
-        return self.r3.post(x, self.ff(self.r3.pre(x)))
+        x = self.self_attn_residual.post(
+            x, self.self_attn(self.self_attn_residual.pre(x), *self_kv, self_mask))
+        x = self.cross_attn_residual.post(
+            x, self.cross_attn(self.cross_attn_residual.pre(x), *cross_kv, cross_mask))
+        return self.ff_residual.post(x, self.ff(self.ff_residual.pre(x)))
 
 
 class Transformer(EncoderDecoder):
@@ -212,19 +252,38 @@ class Transformer(EncoderDecoder):
             x = layer(x, mask)
         return TransformerMemory(self.enc_norm(x), src_mask)
 
+    def _decoder_stack(
+        self, x: torch.Tensor, attend: Callable[[int, KeysValues], KeysValues],
+        self_mask: Callable[[KeysValues], torch.Tensor],
+        cross_kv: Callable[[int, DecoderLayer], KeysValues], cross_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The decoder layers over x (B, T, D), then the final norm and projection.
+
+        Args:
+            attend: (layer index, the new positions' self keys/values) -> the keys/values
+                to attend to (the new ones alone, or appended to a cache).
+            self_mask: the self-attention mask for those keys/values, (1, 1, T, T_all).
+            cross_kv: the layer's cross-attention keys/values of the encoder memory.
+
+        Returns:
+            (B, T, V) logits.
+        """
+        for i, layer in enumerate(self.decoder):
+            kv = attend(i, layer.self_keys_values(x))
+            x = layer(x, kv, self_mask(kv), cross_kv(i, layer), cross_mask)
+        return self.proj(self.dec_norm(x))
+
     def decode(self, tgt_in: torch.Tensor, memory: TransformerMemory) -> torch.Tensor:
         x = self._embed(self.tgt_embed, tgt_in, 0)
         t = tgt_in.shape[1]
-        self_mask = causal_mask(t, tgt_in.device)[None, None]  # (1, 1, T, T)
+        causal = causal_mask(t, tgt_in.device)[None, None]  # (1, 1, T, T)
         cross_mask = attention_mask(memory.mask, t, causal=False)
-        for layer in self.decoder:
-            h = layer.r1.pre(x)
-            kv = layer.self_attn.keys_values(h)
-            x = layer(x, kv, self_mask, layer.cross_attn.keys_values(memory.states), cross_mask)
-        return self.proj(self.dec_norm(x))
+        return self._decoder_stack(
+            x, lambda i, kv: kv, lambda kv: causal,
+            lambda i, layer: layer.cross_keys_values(memory.states), cross_mask)
 
     def start(self, memory: TransformerMemory) -> TransformerCache:
-        cross = [layer.cross_attn.keys_values(memory.states) for layer in self.decoder]
+        cross = [layer.cross_keys_values(memory.states) for layer in self.decoder]
         b = memory.states.shape[0]
         empty = memory.states.new_zeros(b, self.shape.n_heads, 0,
                                         self.shape.d_model // self.shape.n_heads)
@@ -238,14 +297,20 @@ class Transformer(EncoderDecoder):
         offset = state.length
         x = self._embed(self.tgt_embed, tokens[:, None], offset)  # (B, 1, D)
         cross_mask = attention_mask(memory.mask, 1, causal=False)
-        new_k, new_v = [], []
-        for i, layer in enumerate(self.decoder):
-            k, v = layer.self_attn.keys_values(layer.r1.pre(x))
-            k = torch.cat([state.self_k[i], k], dim=2)
-            v = torch.cat([state.self_v[i], v], dim=2)
+        new_k: list[torch.Tensor] = []
+        new_v: list[torch.Tensor] = []
+
+        def append(i: int, kv: KeysValues) -> KeysValues:
+            k = torch.cat([state.self_k[i], kv[0]], dim=2)
+            v = torch.cat([state.self_v[i], kv[1]], dim=2)
             new_k.append(k)
             new_v.append(v)
-            self_mask = torch.ones(1, 1, 1, k.shape[2], dtype=torch.bool, device=x.device)
-            x = layer(x, (k, v), self_mask, (state.cross_k[i], state.cross_v[i]), cross_mask)
-        logits = self.proj(self.dec_norm(x))[:, 0]  # (B, V)
+            return k, v
+
+        def visible(kv: KeysValues) -> torch.Tensor:  # one new position sees every cached one
+            return torch.ones(1, 1, 1, kv[0].shape[2], dtype=torch.bool, device=x.device)
+
+        logits = self._decoder_stack(
+            x, append, visible, lambda i, layer: (state.cross_k[i], state.cross_v[i]),
+            cross_mask)[:, 0]  # (B, V)
         return logits, TransformerCache(new_k, new_v, state.cross_k, state.cross_v)
