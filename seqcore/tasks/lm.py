@@ -85,7 +85,10 @@ class LMTask(Task):
 
     def training_setup(self, cfg: Config, io: StageIO, device: torch.device,
                        world: World) -> Setup:
-        return lm_setup(cfg, lm_documents(cfg), device, world)
+        try:
+            return lm_setup(cfg, lm_documents(cfg), device, world)
+        except ValueError as err:  # more streams (train.batch_size) than documents
+            raise TaskError(str(err)) from None
 
     def decode(self, cfg: Config, io: StageIO) -> None:
         """The (empty) predictions and a header naming the model and the reason."""
