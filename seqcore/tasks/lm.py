@@ -85,8 +85,13 @@ class LMTask(Task):
 
     def training_setup(self, cfg: Config, io: StageIO, device: torch.device,
                        world: World) -> Setup:
+        corpus = lm_corpus(cfg)
+        if corpus.rejects:
+            first = corpus.rejects[0]
+            io.note(f"{len(corpus.rejects)} lines dropped (data.bad_rows: skip), the first "
+                    f"{first.where()}: {first.reason}")
         try:
-            return lm_setup(cfg, lm_documents(cfg), device, world)
+            return lm_setup(cfg, corpus.documents, device, world)
         except ValueError as err:  # more streams (train.batch_size) than documents
             raise TaskError(str(err)) from None
 
