@@ -1,73 +1,26 @@
-"""Stage decode: decode one split with the trained model; write predictions and a header."""
+"""Stage decode: decode one split with the trained model; write predictions and a header.
+
+What decoding means is the task's piece (seqcore.tasks): the pair tasks decode the encoded
+split; ``task: lm`` has nothing to decode and writes an empty file with a header saying so.
+"""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-import torch
-
-from pipeline.progress import in_chunks
-from pipeline.stage import load, signature, write_json
-from seqcore.config import Config, as_dict
-from seqcore.data.examples import read_examples
-from seqcore.decoding.factory import make_decoder
-from seqcore.decoding.predictions import decode_examples, write_predictions
-from seqcore.environment import producing_environment
-from seqcore.determinism import DeviceUnavailable, resolve_device, set_determinism
-from seqcore.hashing import sha256_file
-from seqcore.tokenizer import load_tokenizers
-from seqcore.training.model_file import load_model
-
-
-def decode_lm(cfg: Config, out: Path) -> None:
-    """Write the (empty) predictions and a header naming the model and the reason."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("")
-    write_json(out.with_suffix(".header.json"), {
-        "task": "lm", "decode": as_dict(cfg.decode), "rows": 0,
-        "model_sha256": sha256_file(Path(cfg.paths.model)),
-        "note": "task lm: nothing to decode; evaluate reports perplexity"})
-    print("[decode] task lm: nothing to decode", file=sys.stderr)
+from pipeline.stage import load
+from pipeline.task_io import PipelineIO
+from seqcore.config import Config
+from seqcore.determinism import DeviceUnavailable
+from seqcore.tasks import TaskError, get_task
 
 
 def run(cfg: Config) -> None:
     """Decode the configured split into predictions/<split>.jsonl and its header."""
-    if cfg.task == "lm":
-        return decode_lm(cfg, Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl")
-    model, meta = load_model(Path(cfg.paths.model))
-    sig = signature(cfg, "decode", meta["signature"], cfg.paths.model)
-    trained = meta["training_contract"]
-    toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
-        side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
-    tc, ids, tgt_tok = toks.contract, toks.ids, toks.tgt
-    if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
-        sys.exit(f"[decode] decode.max_len ({cfg.decode.max_len}) is longer than the model's "
-                 f"position range ({model.max_positions} = max(sequence.max_src_len, "
-                 "sequence.max_tgt_len) + 1); lower decode.max_len or retrain with a larger "
-                 "sequence.max_tgt_len")
     try:
-        device = resolve_device(cfg.decode.device)
-    except DeviceUnavailable as err:
+        get_task(cfg.task).decode(cfg, PipelineIO(cfg, "decode"))
+    except (DeviceUnavailable, TaskError) as err:
         sys.exit(f"[decode] {err}")
-    # The thread count the model was trained with (float sums depend on the split); read from
-    # the model file, so decode declares no train param.
-    set_determinism(cfg.decode.seed, trained["train.threads"], device)
-    model.to(device)  # the model file loads on the CPU whatever device trained it
-    examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
-    decoder, bs = make_decoder(cfg.decode, ids), cfg.decode.batch_size
-    with torch.inference_mode():
-        rows = [row for chunk in in_chunks(examples, bs, "decode")
-                for row in decode_examples(model, list(chunk), decoder, ids, tgt_tok, bs)]
-    out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-    write_predictions(rows, out)
-    write_json(out.with_suffix(".header.json"), {
-        "signature": sig, "decode": as_dict(cfg.decode), "model_sha256":
-        sha256_file(Path(cfg.paths.model)), "trained_on": {
-            k: trained.get(f"train.{k}") for k in ("device_kind", "nproc", "backend")},
-        "tokenizer_sha256": {"src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]},
-        "rows": len(rows), "environment": producing_environment().as_dict()})
-    print(f"[decode] {len(rows)} {cfg.decode.split} examples -> {out}", file=sys.stderr)
 
 
 def main() -> None:

@@ -1,121 +1,29 @@
-"""Stage evaluate: metrics, buckets, failure modes and report; log one MLflow run."""
+"""Stage evaluate: metrics, buckets, failure modes and report; log one MLflow run.
+
+What is scored is the task's piece (seqcore.tasks): the pair tasks score the predictions
+against the references (WER, PER, failure modes, teacher-forced NLL); ``task: lm`` reports
+dev and test perplexity with carried and reset state. Either way one MLflow run is logged.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pipeline.lm import evaluate_lm_stage
-from pipeline.progress import in_chunks
-from pipeline.stage import load, read_json, signature, tokenizer_contract, write_json
+from pipeline.stage import load
+from pipeline.task_io import PipelineIO
 from pipeline.tracking import build_record, log_or_keep
 from seqcore.config import Config
-from seqcore.contract import SpecialIds
-from seqcore.data.examples import read_examples
-from seqcore.decoding.predictions import read_predictions
-from seqcore.metrics import plots
-from seqcore.metrics.evaluation import (
-    Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
-from seqcore.metrics.nulls import null_undefined
-from seqcore.metrics.recompute import eval_spec
-from seqcore.training.distributed import checkpoint_folder_name
-from seqcore.metrics.report import render_report, training_summary, write_csv
-from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
-from seqcore.determinism import set_determinism
-from seqcore.training.model_file import load_model
-
-
-def teacher_forced(cfg: Config, ids: SpecialIds) -> dict[str, dict[str, TeacherStats]]:
-    """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
-    model, _ = load_model(Path(cfg.paths.model))
-    out: dict[str, dict[str, TeacherStats]] = {}
-    for split in ("dev", "test"):
-        examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
-            cfg.decode.batch_size
-        out[split] = {}
-        for chunk in in_chunks(examples, bs, f"evaluate: {split} teacher-forced NLL"):
-            out[split] |= teacher_forced_stats(model, list(chunk), ids, bs)
-    return out
-
-
-def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(numbers, texts): numbers go to metrics.json, texts (signatures, hashes) to
-    results.json, so `dvc exp show` and `dvc metrics diff` list numbers only."""
-    texts = {k: v for k, v in values.items() if isinstance(v, str)}
-    return {k: v for k, v in values.items() if k not in texts}, texts
-
-
-def checkpoint_folder(cfg: Config, meta: dict[str, Any]) -> str:
-    """The checkpoint folder the model came from (train keys it by its training contract)."""
-    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta["training_contract"]))
-
-
-def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
-                  header: dict[str, Any]) -> None:
-    """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs) and
-    report.md."""
-    details = Path(cfg.evaluate.details_dir)
-    numbers, texts = split_results(metrics)
-    write_json(cfg.paths.metrics, numbers)
-    write_json(cfg.paths.results, texts)
-    split = metrics["split"]
-    write_json(cfg.paths.headline, {"wer": metrics["word_error_rate"],
-                                    "per": metrics["token_error_rate"],
-                                    "ppl": metrics[f"{split}_perplexity"]})
-    write_csv(cfg.paths.buckets, result.buckets)
-    write_csv(details / "failure_rates.csv", failure_rate_table(result))
-    if result.groups:
-        write_csv(details / "groups.csv", result.groups)
-    plots.training_curve_png(Path(cfg.paths.train_log), details / "training_curve.png")
-    plots.bucket_png(result.buckets, details / "buckets.png")
-    plots.failure_png(failure_rate_table(result), details / "failure_rates.png")
-    rel = Path(details).relative_to(Path(cfg.paths.report).parent)
-    images = {t: str(rel / f) for t, f in (("training curve", "training_curve.png"),
-                                           ("metrics by length bucket", "buckets.png"),
-                                           ("failure-mode rates", "failure_rates.png"))}
-    Path(cfg.paths.report).write_text(render_report(
-        metrics, result, header["decode"], eval_spec(cfg).rules.describe(), images,
-        training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
-        encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class Evaluated:
-    """What the MLflow record is built from, besides the config."""
-
-    metrics: dict[str, Any]
-    signature: str
-    header: dict[str, Any]
-    pred_path: Path
+from seqcore.tasks import get_task
+from seqcore.tasks.base import Evaluated
 
 
 def run(cfg: Config) -> Evaluated:
     """Every file this stage writes (metrics, buckets, details, report); no MLflow."""
-    split = cfg.decode.split
-    pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
-    header = read_json(pred_path.with_suffix(".header.json"))
-    sig = signature(cfg, "evaluate", header["signature"], str(pred_path))
-    tc = tokenizer_contract(cfg)
-    set_determinism(cfg.train.seed, cfg.train.threads)
-    tf = teacher_forced(cfg, SpecialIds(**tc["special_ids"]))
-    result = evaluate_predictions(read_predictions(pred_path), eval_spec(cfg), tf[split])
-    coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
-    _, meta = load_model(Path(cfg.paths.model))
-    metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
-               "tokenizer_tgt_sha256": tc["tgt"]["sha256"], "model_sha256": header["model_sha256"],
-               "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
-               "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
-               **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
-    metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
-    write_outputs(cfg, metrics, result, header)
-    return Evaluated(metrics, sig, header, pred_path)
+    return get_task(cfg.task).evaluate(cfg, PipelineIO(cfg, "evaluate"))
 
 
 def main() -> None:
     cfg = load(__doc__)
-    if cfg.task == "lm":
-        return evaluate_lm_stage(cfg)
     out = run(cfg)
     record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
     log_or_keep(record, Path(cfg.paths.mlflow_pending))

@@ -11,6 +11,7 @@ from seqcore.data.prepare import prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
+from seqcore.tasks import get_task
 
 
 def run(cfg: Config) -> None:
@@ -26,10 +27,9 @@ def run(cfg: Config) -> None:
                  "fix the row, or set data.bad_rows: skip to drop and list such rows")
     except ValueError as err:  # HeaderError, or a data.source that is not a parallel file
         sys.exit(f"[prepare] {err}")
-    # Dev picks the checkpoint and test is what evaluate scores: too few rows there and the
-    # run either dies late (sacrebleu on an empty split) or reports noise (issue 13). The lm
-    # task evaluates documents, not these pairs.
-    fractions = {"dev": d.dev_fraction, "test": d.test_fraction} if cfg.task != "lm" else {}
+    # The splits the task scores (seqcore.tasks): too few rows there and the run either dies
+    # late or reports noise (issue 13).
+    fractions = get_task(cfg.task).scored_splits(d)
     small = [f"{s} has {len(prepared.splits[s])} rows (data.{s}_fraction {f})"
              for s, f in fractions.items() if len(prepared.splits[s]) < d.min_split_rows]
     if small:

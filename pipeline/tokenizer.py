@@ -10,11 +10,12 @@ from pathlib import Path
 from pipeline.stage import load, read_json, signature, write_json
 from seqcore.config import Config
 from seqcore.contract import SpecialIds
-from seqcore.data.coverage import SplitCoverage, coverage_problems, split_coverage
+from seqcore.data.coverage import SplitCoverage, split_coverage
 from seqcore.data.examples import encode_pairs, write_examples
 from seqcore.data.records import Pair, count_rejects, read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.signature import contract_signature
+from seqcore.tasks import get_task
 from seqcore.tokenizer import (
     BOS_PIECE, CONTRACT_FORMAT, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, check_special_ids,
     choose_settings, load_tokenizers, round_trip, side_contract, train_sentencepiece,
@@ -83,9 +84,8 @@ def run(cfg: Config) -> None:
              for s, c in coverage.items()}
     print(f"[tokenizer] src={toks.src.signature()} tgt={toks.tgt.signature()} "
           f"round-trip failures={failed} unk={rates} {count_rejects(rejects)}", file=sys.stderr)
-    # The lm task trains on documents, not on these encoded pairs: nothing to guard for it.
-    problems = [] if cfg.task == "lm" else coverage_problems(
-        coverage, cfg.tokenizer.max_unk_rate, seq.max_drop_rate, cfg.data.min_split_rows)
+    # What coverage is too poor to train on is the task's call (lm trains on documents).
+    problems = get_task(cfg.task).coverage_problems(cfg, coverage)
     if problems:
         sys.exit(f"[tokenizer] stopped: {' | '.join(problems)} (figures in {cfg.paths.coverage},"
                  f" over-long rows in {cfg.paths.length_rejects})")

@@ -2,8 +2,9 @@
 
 The checkpoint folder is keyed by a hash of the training contract, so a changed parameter
 starts a fresh run in its own folder, and an interrupted run resumes when `dvc repro` is run
-again. ``task: lm`` trains the stateful RNN LM on documents (CMUdict by initial letter, or
-the user's text) instead of encoded pairs. ``train.nproc`` > 1 relaunches this stage under
+again. The task (seqcore.tasks) builds what is trained: the pair tasks an encoder-decoder on
+the encoded pairs, ``task: lm`` the stateful RNN LM on documents (CMUdict by initial letter,
+or the user's text). ``train.nproc`` > 1 relaunches this stage under
 ``torchrun --standalone`` (one process per rank; docs/scale-out.md); rank 0 writes the
 outputs.
 """
@@ -17,16 +18,17 @@ from pathlib import Path
 
 import torch
 
-from pipeline.stage import load, signature, tokenizer_contract, write_json
+from pipeline.stage import load, write_json
+from pipeline.task_io import PipelineIO
 from seqcore.config import Config
-from seqcore.data.examples import read_examples
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.environment import producing_environment
 from seqcore.metrics.nulls import null_undefined
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import LOG_COLUMNS, StepLog, TrainLoop
-from seqcore.training.setups import Setup, lm_documents, lm_setup, seq2seq_setup
+from seqcore.tasks import TaskError, get_task
+from seqcore.training.setups import Setup
 
 
 def finite(x: float) -> float | None:
@@ -34,14 +36,11 @@ def finite(x: float) -> float | None:
 
 
 def build(cfg: Config, device: torch.device, world: D.World) -> Setup:
-    """Read the declared inputs of this task and build its setup."""
-    if cfg.task == "lm":
-        return lm_setup(cfg, lm_documents(cfg), device, world)
-    enc = Path(cfg.paths.encoded)
-    data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
-    tc = tokenizer_contract(cfg)
-    sig = signature(cfg, "train", tc.get("signature"), f"{cfg.paths.tokenizer}/contract.json")
-    return seq2seq_setup(cfg, tc, sig, data, device, world)
+    """Read the declared inputs of this task and build its setup (seqcore.tasks)."""
+    try:
+        return get_task(cfg.task).training_setup(cfg, PipelineIO(cfg, "train"), device, world)
+    except TaskError as err:
+        sys.exit(f"[train] {err}")
 
 
 def start(cfg: Config) -> tuple[D.World, torch.device]:

@@ -17,7 +17,7 @@ from seqcore.config import ModelConfig, config_from_dict, flatten
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
 from seqcore.decoding.predictions import PredictionRow, write_predictions
-from seqcore.g2p import ARPABET
+from seqcore.g2p import ARPABET, is_illegal_phoneme
 from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.recompute import eval_spec, recompute_metrics
 from seqcore.metrics.report import render_report
@@ -128,7 +128,7 @@ def test_every_metric_is_recomputed_from_the_predictions_file_alone(tmp_path: Pa
     cfg = config_from_dict({})
     path = tmp_path / "test.jsonl"
     write_predictions(make_rows(), path)
-    written = json.loads(json.dumps(recompute_metrics(path, cfg)))  # as metrics.json holds it
+    written = json.loads(json.dumps(recompute_metrics(path, cfg, is_illegal_phoneme)))  # as metrics.json holds it
     expected = independent(make_rows(), cfg.evaluate.repeat_ngram, cfg.evaluate.repeat_times)
     got, want = flatten(written), flatten(expected)
     assert set(got) == set(want)  # a new metric needs its independent recomputation here
@@ -146,11 +146,11 @@ def test_hand_checked_figures_of_the_fixture() -> None:
 
 
 def recompute_metrics_from_rows() -> dict:
-    return prediction_metrics(evaluate_predictions(make_rows(), eval_spec(config_from_dict({}))))
+    return prediction_metrics(evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme)))
 
 
 def test_bucket_counts_add_up_and_each_bucket_is_scored_on_its_own_rows() -> None:
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
     assert [b["bucket"] for b in ev.buckets] == ["1-4", ">10"]
     assert [b["count"] for b in ev.buckets] == [8, 1]
     assert ev.buckets[0]["exact_match"] == pytest.approx(2 / 8)
@@ -159,9 +159,9 @@ def test_bucket_counts_add_up_and_each_bucket_is_scored_on_its_own_rows() -> Non
 
 def test_group_table_only_when_asked_and_one_row_per_group() -> None:
     rows = make_rows()
-    assert evaluate_predictions(rows, eval_spec(config_from_dict({}))).groups == []
-    ev = evaluate_predictions(rows, eval_spec(config_from_dict({"evaluate": {"group_by":
-                                                                             "group"}})))
+    assert evaluate_predictions(rows, eval_spec(config_from_dict({}), is_illegal_phoneme)).groups == []
+    ev = evaluate_predictions(rows, eval_spec(config_from_dict({"evaluate": {"group_by": "group"}}),
+                                                       is_illegal_phoneme))
     either = next(g for g in ev.groups if g["group"] == "either")
     assert len(ev.groups) == len({r.group for r in rows})
     assert (either["count"], either["exact_match"], either["exact_match_multi_ref"]) == (2, 0.5, 1)
@@ -201,7 +201,7 @@ def test_exposure_bias_gap_is_teacher_forced_minus_free_running_accuracy() -> No
     rows = make_rows()
     teacher = {r.id: TeacherStats(nll=1.0, tokens=len(r.reference.split()) + 1,
                                   correct=len(r.reference.split()) + 1) for r in rows}
-    ev = evaluate_predictions(rows, eval_spec(config_from_dict({})), teacher)
+    ev = evaluate_predictions(rows, eval_spec(config_from_dict({}), is_illegal_phoneme), teacher)
     assert ev.headline["tf_token_accuracy"] == 1.0
     assert ev.headline["exposure_bias_gap"] == pytest.approx(1 - ev.headline["fr_token_accuracy"])
     for b in ev.buckets:
@@ -210,10 +210,10 @@ def test_exposure_bias_gap_is_teacher_forced_minus_free_running_accuracy() -> No
 
 
 def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> None:
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
     metrics = {"split": "test", "signature": "task:g2p|data:abc|version:1"} | prediction_metrics(ev)
     text = render_report(metrics, ev, {"strategy": "greedy", "max_len": 32},
-                         eval_spec(config_from_dict({})).rules.describe(), {"t": "x.png"}, [])
+                         eval_spec(config_from_dict({}), is_illegal_phoneme).rules.describe(), {"t": "x.png"}, [])
     for needle in ("## Headline", "## By reference length", "| 1-4 | 8 |", "## Failure modes",
                    "`src4` → `∅` (`D AO G`)", "\"strategy\": \"greedy\"", "| data | abc |",
                    "3 times back to back", "![t](x.png)"):
@@ -224,7 +224,7 @@ def test_plots_are_png_files_and_the_same_data_gives_the_same_bytes(tmp_path: Pa
     from seqcore.metrics import plots  # noqa: PLC0415 (matplotlib only where plots are drawn)
     from seqcore.metrics.evaluation import failure_rate_table  # noqa: PLC0415
 
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
     log = tmp_path / "log.csv"
     log.write_text("step,loss,dev_nll\n1,3.0,nan\n2,2.0,2.5\n")
     for name in ("a", "b"):

@@ -18,6 +18,7 @@ import yaml
 from pipeline.progress import in_chunks
 from pipeline.tracking import run_name, split_counts
 from seqcore.config import config_from_dict, flatten
+from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.failures import FailureRules, failure_modes
 from seqcore.metrics.recompute import eval_spec
@@ -53,7 +54,7 @@ def test_counts_and_denominators_are_tags_not_charted_metrics() -> None:
 
 
 def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path: Path) -> None:
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({})))
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
     split_figures = ("token_nll", "perplexity", "ppl_denominator_tokens", "sequence_mean_nll",
                      "sequences", "tf_token_accuracy")
     metrics = {"split": "test", "signature": "task:g2p|v:1"} | prediction_metrics(ev) \
@@ -63,7 +64,7 @@ def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path
     summary = training_summary({"steps": 2, "tokens": 200, "selected_step": 2, "best_step": 2,
                                 "best_dev_nll": 0.5}, log)
     assert "2 steps, 2 epoch(s)" in summary[0] and "wall time 3 s" in summary[0]
-    text = render_report(metrics, ev, {}, eval_spec(config_from_dict({})).rules.describe(),
+    text = render_report(metrics, ev, {}, eval_spec(config_from_dict({}), is_illegal_phoneme).rules.describe(),
                          {}, summary)
     head = text.split("## Headline")[0]
     assert head.index("WER") < head.index("PER") < head.index("perplexity") < head.index("steps")

@@ -165,7 +165,7 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
     assert state.step == 3 and state.best_step == 3
     report = setup.report()["lm"]
     assert report["dev_ppl_carried"] > 1 and report["test_ppl_reset_every_segment"] > 1
-    assert setup.contract["task"] == "lm" and "bptt:5" in setup.signature
+    assert setup.contract["task"] == "lm" and "trunc:bptt-5" in setup.signature
     with pytest.raises(ValueError, match="number of parallel streams"):
         lm_setup(cfg, docs[:1])
 

@@ -3,17 +3,22 @@
 A document is one text whose end resets the language model's state. Documents come from a
 folder (one per file), from a text file (separated by blank lines) or, by default, from
 CMUdict: its entries as a character stream in dictionary order, one document per initial
-letter.
+letter. :func:`read_corpus` reads them under the data policy of the parallel tasks: a line
+that is not UTF-8 is a bad row (``data.bad_rows``), and ``data.max_pairs`` keeps the first N
+rows (text lines; CMUdict entries).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from seqcore.contract import SpecialIds
+from seqcore.data.records import BadRowError, Reject
 
 
 @dataclass(frozen=True)
@@ -26,19 +31,7 @@ class Document:
 
 def read_documents(path: Path) -> list[Document]:
     """Folder: one document per file (sorted by name); file: documents separated by blank lines."""
-    path = Path(path)
-    if path.is_dir():
-        return [Document(p.name, p.read_text(encoding="utf-8"))
-                for p in sorted(path.iterdir()) if p.is_file()]
-    docs: list[Document] = []
-    lines: list[str] = []
-    for line in [*path.read_text(encoding="utf-8").splitlines(), ""]:
-        if line.strip():
-            lines.append(line)
-        elif lines:
-            docs.append(Document(f"{path.name}#{len(docs)}", "\n".join(lines)))
-            lines = []
-    return docs
+    return read_corpus(path, "text", "skip").documents
 
 
 def cmudict_documents(path: Path) -> list[Document]:
@@ -46,13 +39,119 @@ def cmudict_documents(path: Path) -> list[Document]:
 
     Dictionary order is kept inside a document and across documents (first appearance).
     """
+    return read_corpus(path, "cmudict", "skip").documents
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Documents read under the data policy.
+
+    Attributes:
+        documents: in file order (CMUdict: by first appearance of the initial letter).
+        rejects: every dropped line (file:line and reason), in file order.
+        rows: the rows kept (text lines; CMUdict entries), at most ``max_pairs``.
+    """
+
+    documents: list[Document]
+    rejects: list[Reject]
+    rows: int
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One decoded line: the document it belongs to (a folder's file) and where it is."""
+
+    file: str
+    line: int
+    text: str
+
+
+def _decoded_lines(path: Path, name: str, policy: Literal["strict", "skip"],
+                   rejects: list[Reject]) -> Iterator[_Line]:
+    """Each line of a file without its line end; a line that is not UTF-8 is a bad row
+    (strict: BadRowError naming file:line; skip: recorded in ``rejects`` and dropped)."""
+    lines = Path(path).read_bytes().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for lineno, raw in enumerate(lines, start=1):
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        try:
+            yield _Line(name, lineno, raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            reject = Reject(name, lineno, "invalid-utf8", raw.decode("utf-8", "backslashreplace"))
+            if policy == "strict":
+                raise BadRowError(reject) from None
+            rejects.append(reject)
+
+
+def _is_row(text: str, cmudict: bool) -> bool:
+    """A line that counts against ``max_pairs``: a CMUdict entry, or a non-blank text line."""
+    if cmudict:
+        entry = text.split("#", 1)[0].strip()
+        return bool(entry) and not entry.startswith(";;;")
+    return bool(text.strip())
+
+
+def read_corpus(path: Path, source: Literal["cmudict", "text"],
+                policy: Literal["strict", "skip"], max_rows: int = 0,
+                label: str | None = None) -> Corpus:
+    """The lm task's documents under the bad-row policy, capped at ``max_rows`` rows (0 = all).
+
+    ``source`` cmudict: entries grouped by initial letter (:func:`cmudict_documents`); text: a
+    folder (one document per file, sorted by name) or a file (documents separated by blank
+    lines). ``label`` names the file in rejects and errors (default ``path``).
+
+    Raises:
+        BadRowError: under the strict policy, at the first line that is not UTF-8.
+    """
+    path, rejects = Path(path), []
+    name = label or str(path)
+    files = [(p, f"{name}/{p.name}") for p in sorted(path.iterdir()) if p.is_file()] \
+        if path.is_dir() else [(path, name)]
+    kept: list[_Line] = []
+    rows = 0
+    for file, file_name in files:
+        # Past the cap lines are still decoded: the policy covers the whole file, as in
+        # prepare (seqcore.data.prepare.prepare_pairs reads every row, then keeps N).
+        for line in _decoded_lines(file, file_name, policy, rejects):
+            if not max_rows or rows < max_rows:
+                rows += _is_row(line.text, source == "cmudict")
+                kept.append(line)
+    return Corpus(_documents(kept, source, path), rejects, rows)
+
+
+def _documents(lines: list[_Line], source: str, path: Path) -> list[Document]:
+    """Group kept lines into documents (see :func:`read_corpus`)."""
+    if source == "cmudict":
+        return _cmudict_groups(line.text for line in lines)
+    if path.is_dir():
+        by_file: dict[str, list[str]] = {}
+        for line in lines:
+            by_file.setdefault(line.file, []).append(line.text)
+        return [Document(Path(f).name, "\n".join(texts)) for f, texts in by_file.items()]
+    return _paragraphs((line.text for line in lines), path.name)
+
+
+def _cmudict_groups(lines: Iterator[str] | list[str]) -> list[Document]:
     groups: dict[str, list[str]] = {}
-    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in lines:
         entry = line.split("#", 1)[0].strip()
         if not entry or entry.startswith(";;;"):
             continue
         groups.setdefault(entry[0].lower(), []).append(entry)
     return [Document(letter, "\n".join(entries)) for letter, entries in groups.items()]
+
+
+def _paragraphs(lines: Iterator[str] | list[str], name: str) -> list[Document]:
+    docs: list[Document] = []
+    block: list[str] = []
+    for line in [*lines, ""]:
+        if line.strip():
+            block.append(line)
+        elif block:
+            docs.append(Document(f"{name}#{len(docs)}", "\n".join(block)))
+            block = []
+    return docs
 
 
 def split_documents(

@@ -14,7 +14,6 @@ from typing import Any
 import sacrebleu
 
 from seqcore.decoding.predictions import PredictionRow
-from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats
 from seqcore.metrics.teacher import TeacherStats, nll_summary
@@ -46,11 +45,6 @@ class Evaluation:
     buckets: list[dict[str, Any]]
     groups: list[dict[str, Any]]
     failures: dict[str, Any]
-
-
-def illegal_symbol_rule(task: str) -> Callable[[str], bool] | None:
-    """The target alphabet check of a task (ARPAbet for G2P), None if the task has none."""
-    return is_illegal_phoneme if task == "g2p" else None
 
 
 def bucket_index(length: int, edges: tuple[int, ...]) -> int:

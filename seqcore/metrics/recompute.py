@@ -7,31 +7,36 @@ the exposure-bias gap) need the model and are not part of this recomputation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from seqcore.config import Config
 from seqcore.decoding.predictions import read_predictions
 from seqcore.metrics.evaluation import (
-    EvalSpec, evaluate_predictions, illegal_symbol_rule, prediction_metrics)
+    EvalSpec, evaluate_predictions, prediction_metrics)
 from seqcore.metrics.failures import FailureRules
 from seqcore.metrics.nulls import null_undefined
 
 
-def eval_spec(cfg: Config) -> EvalSpec:
-    """The evaluation settings of a config (``evaluate`` section and the task's alphabet)."""
+def eval_spec(cfg: Config, illegal_symbol: Callable[[str], bool] | None) -> EvalSpec:
+    """The evaluation settings of a config's ``evaluate`` section, with the task's target
+    alphabet check (``illegal_symbol``; None when the task has none: seqcore.tasks)."""
     ev = cfg.evaluate
     return EvalSpec(ev.bucket_edges,
                     FailureRules(ev.repeat_ngram, ev.repeat_times, ev.examples_per_failure),
-                    ev.group_by, illegal_symbol_rule(cfg.task))
+                    ev.group_by, illegal_symbol)
 
 
-def recompute_metrics(predictions_path: str | Path, settings: Config) -> dict[str, Any]:
+def recompute_metrics(predictions_path: str | Path, settings: Config,
+                      illegal_symbol: Callable[[str], bool] | None) -> dict[str, Any]:
     """metrics.json keys that follow from the predictions alone (nested like the file).
 
     Args:
         predictions_path: a ``predictions/<split>.jsonl`` file.
-        settings: the validated config (its ``evaluate`` section and ``task`` are used).
+        settings: the validated config (its ``evaluate`` section is used).
+        illegal_symbol: the task's target alphabet check (seqcore.tasks), or None.
     """
     rows = read_predictions(Path(predictions_path))
-    return null_undefined(prediction_metrics(evaluate_predictions(rows, eval_spec(settings))))
+    spec = eval_spec(settings, illegal_symbol)
+    return null_undefined(prediction_metrics(evaluate_predictions(rows, spec)))

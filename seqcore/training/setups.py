@@ -16,17 +16,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from seqcore import __version__
 from seqcore.config import Config, SequenceConfig
 from seqcore.contract import SpecialIds
-from seqcore.data.documents import (
-    CharVocab, Document, cmudict_documents, read_documents, split_documents)
+from seqcore.data.documents import CharVocab, Document, split_documents
 from seqcore.data.examples import Example
 from seqcore.hashing import digest
 from seqcore.models import build_model
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.signature import (
-    config_contract, format_signature, training_contract)
-from seqcore.training.checkpoint import SCHEMA_VERSION, load_blob, save_blob
+    SIGNATURE_FORMAT, config_contract, format_signature, training_contract)
+from seqcore.training.checkpoint import SCHEMA_VERSION, save_blob
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.lm import LMFeed, lm_nll
@@ -83,6 +83,26 @@ def seq2seq_setup(
                  lambda path, meta: save_model(path, model, info, meta), dict)
 
 
+def lm_signature_fields(cfg: Config, docs: list[Document], vocab: CharVocab,
+                        norm: str) -> dict[str, str]:
+    """The lm contract signature: the parallel tasks' fields (seqcore.signature), in their
+    order, with what the lm task does in each.
+
+    Source and target are the one character vocabulary; documents are never cut by length,
+    only into truncated-BPTT segments (``trunc``); the text is read as it is (no
+    normalisation, case folding or stress stripping); ``norm`` is the feed's loss
+    normalisation (sequence-mean falls back to token-mean in a stream).
+    """
+    chars = f"char-v{vocab.size}-{vocab.sha256()[:8]}"
+    ids = vocab.ids
+    return {"task": cfg.task, "data": digest([asdict(d) for d in docs])[:12],
+            "src": chars, "tgt": chars, "pad": str(ids.pad), "unk": str(ids.unk),
+            "bos": str(ids.bos), "eos": str(ids.eos), "maxsrc": "none", "maxtgt": "none",
+            "trunc": f"bptt-{cfg.train.bptt_len}", "norm": "none", "case": "keep",
+            "stress": "keep", "loss": norm, "ls": f"{cfg.sequence.label_smoothing:g}",
+            "fmt": str(SIGNATURE_FORMAT), "version": __version__}
+
+
 def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
              world: World = World()) -> Setup:
     """Stateful RNN LM over documents: train/dev/test are the tails cut by split_documents.
@@ -101,15 +121,13 @@ def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
     cell = "lstm" if cfg.model.family == "lstm" else "gru"  # config: lm is never a transformer
     shape = RNNLMShape(cell, vocab.size, r.embed_dim, r.hidden, r.dec_layers, r.dropout, ids.pad)
     model = RNNLM(shape).to(device)
-    fields = {"task": "lm", "data": digest([asdict(d) for d in docs])[:12],
-              "vocab": f"char-v{vocab.size}-{vocab.sha256()[:8]}",
-              "bptt": str(cfg.train.bptt_len), "ls": f"{cfg.sequence.label_smoothing:g}"}
+    feed = LMFeed((train, dev), ids, cfg.sequence.loss_norm, cfg.sequence.label_smoothing,
+                  cfg.train.batch_size, cfg.train.bptt_len, cfg.train.seed, world, device)
+    fields = lm_signature_fields(cfg, docs, vocab, feed.norm)
     contract = config_contract(cfg, ("data", "tokenizer", "model", "train"))
     contract.update({"task": "lm", "signature": format_signature(fields),
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})
-    feed = LMFeed((train, dev), ids, cfg.sequence.loss_norm, cfg.sequence.label_smoothing,
-                  cfg.train.batch_size, cfg.train.bptt_len, cfg.train.seed, world, device)
 
     def save(path: Path, meta: dict[str, Any]) -> str:
         return save_blob(Path(path), {"schema": SCHEMA_VERSION, "model": model.state_dict(),
@@ -128,24 +146,3 @@ def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
         return {"lm": out}
 
     return Setup(model, feed, contract, r.hidden, format_signature(fields), save, report)
-
-
-def lm_documents(cfg: Config) -> list[Document]:
-    """The lm task's documents: CMUdict by initial letter, or the user's text."""
-    if cfg.data.source == "cmudict":
-        return cmudict_documents(Path(cfg.paths.raw))
-    return read_documents(Path(cfg.data.path))
-
-
-def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str, Any]:
-    """Dev/test perplexity of a saved LM with carried state and with a reset every segment.
-
-    Returns:
-        ``{"signature": ..., "lm": {"<split>_ppl_carried": ..., "<split>_tokens": ...}}``;
-        the token count (characters plus one end-of-document token) is the denominator.
-    """
-    setup = lm_setup(cfg, docs)
-    blob = load_blob(Path(model_path))
-    setup.model.load_state_dict(blob["model"])
-    setup.model.eval()
-    return {"signature": blob["meta"]["signature"], **setup.report()}

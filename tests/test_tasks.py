@@ -1,0 +1,91 @@
+"""Tasks behind one interface (issue 11, STYLE rule 15): stages ask the task, never its name;
+the lm task honours the parallel tasks' data policy and signs with their fields."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from seqcore.config import Config, config_from_dict
+from seqcore.data.documents import Document
+from seqcore.signature import contract_fields, parse_signature
+from seqcore.tasks import TASKS, TaskError, get_task
+from seqcore.tasks.lm import lm_corpus
+from seqcore.training.setups import lm_setup
+from tests.conftest import REPO
+from tests.test_signature import CONTRACT
+
+LM = {"task": "lm", "model": {"family": "gru", "rnn": {"embed_dim": 4, "hidden": 8}},
+      "train": {"batch_size": 2, "bptt_len": 5, "threads": 1}}
+
+
+def lm_config(tmp_path: Path, text: bytes, **data: object) -> Config:
+    """An lm config reading ``text`` as the user's text file."""
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(text)
+    return config_from_dict(LM | {"data": {"source": "text", "path": str(path), **data},
+                                  "paths": {"raw": f"data/raw/{path.name}"}})
+
+
+def test_an_unknown_task_name_is_one_line_naming_the_known_tasks() -> None:
+    with pytest.raises(TaskError) as err:
+        get_task("nmt")
+    message = str(err.value)
+    assert "\n" not in message and "'nmt'" in message
+    assert all(name in message for name in ("g2p", "lm", "parallel"))
+
+
+def test_every_task_value_of_the_config_has_a_task() -> None:
+    names = typing.get_args(typing.get_type_hints(Config)["task"])
+    assert sorted(names) == sorted(TASKS)
+    assert all(task.name == name for name, task in TASKS.items())
+
+
+def test_stages_never_branch_on_the_task_name() -> None:
+    branches = [f"{p.name}:{i}" for p in sorted((REPO / "pipeline").glob("*.py"))
+                for i, line in enumerate(p.read_text().splitlines(), 1)
+                if re.search(r"\btask\s*[!=]=|[!=]=\s*cfg\.task\b", line)]
+    assert branches == []
+
+
+def test_lm_bad_row_under_strict_stops_with_file_and_line(tmp_path: Path) -> None:
+    cfg = lm_config(tmp_path, b"one line\nanother\n\n\xff\xfe broken\nlast\n", bad_rows="strict")
+    with pytest.raises(TaskError) as err:
+        lm_corpus(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"{cfg.data.path}:4: invalid-utf8" in message and "data.bad_rows" in message
+
+
+def test_lm_bad_row_under_skip_is_dropped_and_listed(tmp_path: Path) -> None:
+    cfg = lm_config(tmp_path, b"one line\nanother\n\n\xff\xfe broken\nlast\n", bad_rows="skip")
+    corpus = lm_corpus(cfg)
+    assert [d.text for d in corpus.documents] == ["one line\nanother", "last"]
+    assert [(r.where(), r.reason) for r in corpus.rejects] == [
+        (f"{cfg.data.path}:4", "invalid-utf8")]
+
+
+def test_lm_max_pairs_keeps_the_first_n_rows_of_text(tmp_path: Path) -> None:
+    cfg = lm_config(tmp_path, b"a1\na2\n\nb1\nb2\n\nc1\n", max_pairs=3)
+    corpus = lm_corpus(cfg)
+    assert [d.text for d in corpus.documents] == ["a1\na2", "b1"] and corpus.rows == 3
+
+
+def test_lm_max_pairs_keeps_the_first_n_cmudict_entries(tmp_path: Path) -> None:
+    raw = tmp_path / "cmudict.dict"
+    raw.write_text(";;; comment\nab AE1 B\nac AE1 K\nba B AA1\nca K AA1\n")
+    cfg = config_from_dict(LM | {"data": {"max_pairs": 3}, "paths": {"raw": str(raw)}})
+    assert [d.text for d in lm_corpus(cfg).documents] == ["ab AE1 B\nac AE1 K", "ba B AA1"]
+
+
+def test_lm_signature_has_the_fields_of_the_parallel_signature_in_order() -> None:
+    cfg = config_from_dict(LM)
+    docs = [Document(c, f"{c}x{c}y {c}z\n" * 4) for c in "abc"]
+    lm = parse_signature(lm_setup(cfg, docs).signature)
+    pairs = contract_fields(config_from_dict({}), CONTRACT)
+    assert list(lm) == list(pairs)
+    assert (lm["task"], lm["fmt"], lm["version"]) == ("lm", pairs["fmt"], pairs["version"])
+    assert lm["trunc"] == "bptt-5" and lm["src"] == lm["tgt"]
