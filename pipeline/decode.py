@@ -8,26 +8,24 @@ from pathlib import Path
 import torch
 
 from pipeline.progress import in_chunks
-from pipeline.stage import load, signature, write_json
+from pipeline.stage import contract_path, load, signature, tokenizer_contract
+from seqcore.artifacts.model_file import ModelFile
+from seqcore.artifacts.predictions import Predictions, PredictionsHeader
 from seqcore.config import Config, as_dict
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
-from seqcore.decoding.predictions import decode_examples, write_predictions
+from seqcore.decoding.predictions import decode_examples
 from seqcore.environment import producing_environment
 from seqcore.determinism import DeviceUnavailable, resolve_device, set_determinism
 from seqcore.hashing import sha256_file
 from seqcore.tokenizer import load_tokenizers
-from seqcore.training.model_file import load_model
 
 
 def decode_lm(cfg: Config, out: Path) -> None:
     """Write the (empty) predictions and a header naming the model and the reason."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("")
-    write_json(out.with_suffix(".header.json"), {
-        "task": "lm", "decode": as_dict(cfg.decode), "rows": 0,
-        "model_sha256": sha256_file(Path(cfg.paths.model)),
-        "note": "task lm: nothing to decode; evaluate reports perplexity"})
+    Predictions([]).save(out)
+    PredictionsHeader(as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), 0, task="lm",
+                      note="task lm: nothing to decode; evaluate reports perplexity").save(out)
     print("[decode] task lm: nothing to decode", file=sys.stderr)
 
 
@@ -35,12 +33,12 @@ def run(cfg: Config) -> None:
     """Decode the configured split into predictions/<split>.jsonl and its header."""
     if cfg.task == "lm":
         return decode_lm(cfg, Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl")
-    model, meta = load_model(Path(cfg.paths.model))
-    sig = signature(cfg, "decode", meta["signature"], cfg.paths.model)
-    trained = meta["training_contract"]
-    toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
-        side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
-    tc, ids, tgt_tok = toks.contract, toks.ids, toks.tgt
+    saved = ModelFile.load(cfg.paths.model)
+    model, meta = saved.build(), saved.meta
+    tc = tokenizer_contract(cfg)
+    sig = signature(cfg, "decode", meta.signature, cfg.paths.model, contract=tc)
+    toks = load_tokenizers(contract_path(cfg), meta.tokenizer_sha256(), tc)
+    ids, tgt_tok = toks.ids, toks.tgt
     if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
         sys.exit(f"[decode] decode.max_len ({cfg.decode.max_len}) is longer than the model's "
                  f"position range ({model.max_positions} = max(sequence.max_src_len, "
@@ -52,7 +50,7 @@ def run(cfg: Config) -> None:
         sys.exit(f"[decode] {err}")
     # The thread count the model was trained with (float sums depend on the split); read from
     # the model file, so decode declares no train param.
-    set_determinism(cfg.decode.seed, trained["train.threads"], device)
+    set_determinism(cfg.decode.seed, meta.threads, device)
     model.to(device)  # the model file loads on the CPU whatever device trained it
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     decoder, bs = make_decoder(cfg.decode, ids), cfg.decode.batch_size
@@ -60,13 +58,11 @@ def run(cfg: Config) -> None:
         rows = [row for chunk in in_chunks(examples, bs, "decode")
                 for row in decode_examples(model, list(chunk), decoder, ids, tgt_tok, bs)]
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-    write_predictions(rows, out)
-    write_json(out.with_suffix(".header.json"), {
-        "signature": sig, "decode": as_dict(cfg.decode), "model_sha256":
-        sha256_file(Path(cfg.paths.model)), "trained_on": {
-            k: trained.get(f"train.{k}") for k in ("device_kind", "nproc", "backend")},
-        "tokenizer_sha256": {"src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]},
-        "rows": len(rows), "environment": producing_environment().as_dict()})
+    Predictions(rows).save(out)
+    PredictionsHeader(
+        as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), len(rows), sig,
+        trained_on=meta.trained_on(),
+        tokenizer_sha256=tc.sha256(), environment=producing_environment().as_dict()).save(out)
     print(f"[decode] {len(rows)} {cfg.decode.split} examples -> {out}", file=sys.stderr)
 
 

@@ -8,12 +8,15 @@ from typing import Any
 
 from pipeline.lm import evaluate_lm_stage
 from pipeline.progress import in_chunks
-from pipeline.stage import load, read_json, signature, tokenizer_contract, write_json
+from pipeline.stage import load, read_json, signature, tokenizer_contract
 from pipeline.tracking import build_record, log_or_keep
+from seqcore.artifacts.model_file import ModelFile, ModelMeta
+from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.reports import Headline, Metrics, Results
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
-from seqcore.decoding.predictions import read_predictions
 from seqcore.metrics import plots
 from seqcore.metrics.evaluation import (
     Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics, teacher_metrics)
@@ -23,12 +26,11 @@ from seqcore.training.distributed import checkpoint_folder_name
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.determinism import set_determinism
-from seqcore.training.model_file import load_model
 
 
 def teacher_forced(cfg: Config, ids: SpecialIds) -> dict[str, dict[str, TeacherStats]]:
     """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
-    model, _ = load_model(Path(cfg.paths.model))
+    model = ModelFile.load(cfg.paths.model).build()
     out: dict[str, dict[str, TeacherStats]] = {}
     for split in ("dev", "test"):
         examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
@@ -46,23 +48,22 @@ def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     return {k: v for k, v in values.items() if k not in texts}, texts
 
 
-def checkpoint_folder(cfg: Config, meta: dict[str, Any]) -> str:
+def checkpoint_folder(cfg: Config, meta: ModelMeta) -> str:
     """The checkpoint folder the model came from (train keys it by its training contract)."""
-    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta["training_contract"]))
+    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta.training_contract))
 
 
 def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
-                  header: dict[str, Any]) -> None:
+                  header: PredictionsHeader) -> None:
     """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs) and
     report.md."""
     details = Path(cfg.evaluate.details_dir)
     numbers, texts = split_results(metrics)
-    write_json(cfg.paths.metrics, numbers)
-    write_json(cfg.paths.results, texts)
+    Metrics(numbers).save(cfg.paths.metrics)
+    Results(texts).save(cfg.paths.results)
     split = metrics["split"]
-    write_json(cfg.paths.headline, {"wer": metrics["word_error_rate"],
-                                    "per": metrics["token_error_rate"],
-                                    "ppl": metrics[f"{split}_perplexity"]})
+    Headline(metrics[f"{split}_perplexity"], metrics["word_error_rate"],
+             metrics["token_error_rate"]).save(cfg.paths.headline)
     write_csv(cfg.paths.buckets, result.buckets)
     write_csv(details / "failure_rates.csv", failure_rate_table(result))
     if result.groups:
@@ -75,7 +76,7 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
                                            ("metrics by length bucket", "buckets.png"),
                                            ("failure-mode rates", "failure_rates.png"))}
     Path(cfg.paths.report).write_text(render_report(
-        metrics, result, header["decode"], eval_spec(cfg).rules.describe(), images,
+        metrics, result, header.decode, eval_spec(cfg).rules.describe(), images,
         training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
         encoding="utf-8")
 
@@ -86,30 +87,31 @@ class Evaluated:
 
     metrics: dict[str, Any]
     signature: str
-    header: dict[str, Any]
+    header: PredictionsHeader
     pred_path: Path
+    contract: TokenizerContract
 
 
 def run(cfg: Config) -> Evaluated:
     """Every file this stage writes (metrics, buckets, details, report); no MLflow."""
     split = cfg.decode.split
     pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
-    header = read_json(pred_path.with_suffix(".header.json"))
-    sig = signature(cfg, "evaluate", header["signature"], str(pred_path))
-    tc = tokenizer_contract(cfg)
+    header = PredictionsHeader.load(pred_path)
+    tc = tokenizer_contract(cfg)  # read once: the signature, the ids, the MLflow record
+    sig = signature(cfg, "evaluate", header.signature, str(pred_path), contract=tc)
     set_determinism(cfg.train.seed, cfg.train.threads)
-    tf = teacher_forced(cfg, SpecialIds(**tc["special_ids"]))
-    result = evaluate_predictions(read_predictions(pred_path), eval_spec(cfg), tf[split])
+    tf = teacher_forced(cfg, tc.special_ids)
+    result = evaluate_predictions(Predictions.load(pred_path).rows, eval_spec(cfg), tf[split])
     coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
-    _, meta = load_model(Path(cfg.paths.model))
-    metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
-               "tokenizer_tgt_sha256": tc["tgt"]["sha256"], "model_sha256": header["model_sha256"],
+    meta = ModelFile.load(cfg.paths.model).meta
+    metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
+               "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header)
-    return Evaluated(metrics, sig, header, pred_path)
+    return Evaluated(metrics, sig, header, pred_path, tc)
 
 
 def main() -> None:
@@ -117,7 +119,8 @@ def main() -> None:
     if cfg.task == "lm":
         return evaluate_lm_stage(cfg)
     out = run(cfg)
-    record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
+    record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
+                          out.contract)
     log_or_keep(record, Path(cfg.paths.mlflow_pending))
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import write_json
-from pipeline.tracking import log_or_keep, train_curve, tracking_uri
-from seqcore.config import Config, as_dict, experiment_name, flatten
+from pipeline.tracking import log_or_keep, new_record
+from seqcore.artifacts.reports import Headline, Metrics, Results
+from seqcore.config import Config, as_dict, flatten
 from seqcore.hashing import sha256_file
 from seqcore.metrics.nulls import null_undefined
 from seqcore.training.setups import evaluate_lm, lm_documents
@@ -20,9 +20,9 @@ def evaluate_lm_stage(cfg: Config) -> None:
     result = evaluate_lm(cfg, lm_documents(cfg), Path(cfg.paths.model))
     print(f"[evaluate] contract: {result['signature']}", file=sys.stderr)
     metrics = null_undefined(result["lm"])
-    write_json(cfg.paths.metrics, metrics)
-    write_json(cfg.paths.results, {"task": "lm", "signature": result["signature"]})
-    write_json(cfg.paths.headline, {"ppl": metrics["test_ppl_carried"]})
+    Metrics(metrics).save(cfg.paths.metrics)
+    Results({"task": "lm", "signature": result["signature"]}).save(cfg.paths.results)
+    Headline(metrics["test_ppl_carried"], error_rates=False).save(cfg.paths.headline)
     Path(cfg.paths.buckets).write_text("bucket,count\n")
     Path(cfg.evaluate.details_dir).mkdir(parents=True, exist_ok=True)
     lines = ["# Language-model report", "", f"Contract: `{result['signature']}`", "",
@@ -32,15 +32,13 @@ def evaluate_lm_stage(cfg: Config) -> None:
               "the `_tokens` denominators), with the RNN state carried across segments and "
               "with the state reset at every segment of `train.bptt_len` characters.", ""]
     Path(cfg.paths.report).write_text("\n".join(lines), encoding="utf-8")
-    record = {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": experiment_name(cfg),
-              "run_name": f"lm-{cfg.model.family}-bptt{cfg.train.bptt_len}",
-              "params": {k: v for k, v in flatten(as_dict(cfg)).items()},
-              "metrics": {k: v for k, v in metrics.items() if k in result["lm"]
-                          and isinstance(v, (int, float)) and not isinstance(v, bool)},
-              "steps": train_curve(Path(cfg.paths.train_log)),
-              "tags": {"contract.signature": result["signature"], "task": "lm",
-                       "model.sha256": sha256_file(Path(cfg.paths.model))},
-              "texts": {"params.yaml": Path("params.yaml").read_text(),
-                        "reports/metrics.json": Path(cfg.paths.metrics).read_text(),
-                        "reports/results.json": Path(cfg.paths.results).read_text()}}
+    record = new_record(
+        cfg, f"lm-{cfg.model.family}-bptt{cfg.train.bptt_len}", dict(flatten(as_dict(cfg))),
+        {k: v for k, v in metrics.items() if k in result["lm"]
+         and isinstance(v, (int, float)) and not isinstance(v, bool)},
+        {"contract.signature": result["signature"], "task": "lm",
+         "model.sha256": sha256_file(Path(cfg.paths.model))},
+        {"params.yaml": Path("params.yaml").read_text(),
+         "reports/metrics.json": Path(cfg.paths.metrics).read_text(),
+         "reports/results.json": Path(cfg.paths.results).read_text()})
     log_or_keep(record, Path(cfg.paths.mlflow_pending))

@@ -13,7 +13,7 @@ from typing import Any
 
 import sacrebleu
 
-from seqcore.decoding.predictions import PredictionRow
+from seqcore.artifacts.predictions import PredictionRow
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats

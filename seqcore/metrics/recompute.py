@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from seqcore.artifacts.predictions import Predictions
 from seqcore.config import Config
-from seqcore.decoding.predictions import read_predictions
 from seqcore.metrics.evaluation import (
     EvalSpec, evaluate_predictions, illegal_symbol_rule, prediction_metrics)
 from seqcore.metrics.failures import FailureRules
@@ -33,5 +33,5 @@ def recompute_metrics(predictions_path: str | Path, settings: Config) -> dict[st
         predictions_path: a ``predictions/<split>.jsonl`` file.
         settings: the validated config (its ``evaluate`` section and ``task`` are used).
     """
-    rows = read_predictions(Path(predictions_path))
+    rows = Predictions.load(predictions_path).rows
     return null_undefined(prediction_metrics(evaluate_predictions(rows, eval_spec(settings))))
