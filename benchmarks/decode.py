@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from pathlib import Path
 
 import torch
 
+from seqcore.artifacts.model_file import ModelFile
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, DecodeConfig, load_config
 from seqcore.contract import SpecialIds, pad_batch
 from seqcore.data.examples import Example, read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
-from seqcore.training.model_file import load_model
 
 STRATEGIES = {"greedy": {"strategy": "greedy"}, "beam5": {"strategy": "beam", "beam_size": 5},
               "sample": {"strategy": "sample", "top_k": 10, "top_p": 0.9}}
@@ -36,11 +36,11 @@ STRATEGIES = {"greedy": {"strategy": "greedy"}, "beam5": {"strategy": "beam", "b
 def get_model(cfg: Config, random_init: bool) -> EncoderDecoder:
     """The trained model from paths.model, or a fresh one shaped by params.yaml."""
     if not random_init:
-        return load_model(Path(cfg.paths.model))[0]
-    contract = json.loads((Path(cfg.paths.tokenizer) / "contract.json").read_text())
+        return ModelFile.load(cfg.paths.model).build()
+    contract = TokenizerContract.load(Path(cfg.paths.tokenizer) / "contract.json")
     max_len = max(cfg.sequence.max_src_len, cfg.sequence.max_tgt_len, cfg.decode.max_len) + 1
     torch.manual_seed(cfg.train.seed)
-    return build_model(cfg.model, contract["src"]["vocab_size"], contract["tgt"]["vocab_size"],
+    return build_model(cfg.model, contract.src.vocab_size, contract.tgt.vocab_size,
                        cfg.tokenizer.pad_id, max_len).eval()
 
 

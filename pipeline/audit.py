@@ -30,13 +30,17 @@ from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.tracking import build_record, read_yaml12, tracking_uri
 from seqcore import audit as A
+from seqcore.artifacts.model_file import ModelFile, ModelMeta
+from seqcore.artifacts.predictions import PredictionsHeader
+from seqcore.artifacts.reports import Metrics, Results
+from seqcore.artifacts.run_record import RunRecord
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, as_dict, load_config
 from seqcore.credentials import redact_text
 from seqcore.environment import environment_diffs as environment_differences
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.signature import contract_signature, training_contract
-from seqcore.training.model_file import load_model
 
 def dvc_status() -> list[str]:
     """``dvc status`` (in-process): every stage DVC itself considers changed."""
@@ -51,36 +55,36 @@ def dvc_status() -> list[str]:
             for stage, changes in sorted(status.items())]
 
 
-def contract_checks(cfg: Config, tc: dict[str, Any], meta: dict[str, Any],
-                    header: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
+def contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
+                    header: PredictionsHeader, results: Results) -> list[str]:
     """The signature and the hashes agree in every place that stores them."""
     tok_dir, model = Path(cfg.paths.tokenizer), Path(cfg.paths.model)
     sigs = {"params + tokenizer contract (recomputed)": contract_signature(cfg, tc)}
-    if "signature" in tc:
-        sigs["tokenizer contract"] = tc["signature"]
-    sigs |= {"model file meta": meta.get("signature"), "predictions header": header["signature"],
-             "metrics.json": metrics.get("signature")}
+    if tc.signature:
+        sigs["tokenizer contract"] = tc.signature
+    sigs |= {"model file meta": meta.signature, "predictions header": header.signature,
+             "metrics.json": results.signature}
     diffs = A.same_value_diffs("contract signature", sigs)
     diffs += A.tokenizer_file_diffs(tok_dir, tc, sha256_file)
     diffs += A.same_value_diffs("model sha256", {
-        str(model): sha256_file(model), "predictions header": header["model_sha256"]})
+        str(model): sha256_file(model), "predictions header": header.model_sha256})
     for side in ("src", "tgt"):
         diffs += A.same_value_diffs(f"tokenizer {side} sha256", {
-            "tokenizer contract": tc[side]["sha256"],
-            "predictions header": header["tokenizer_sha256"][side],
-            "model meta": meta["training_contract"].get(f"tokenizer.{side}.sha256")})
+            "tokenizer contract": tc.side(side).sha256,
+            "predictions header": (header.tokenizer_sha256 or {}).get(side),
+            "model meta": meta.tokenizer_sha256()[side]})
     raw = Path(cfg.paths.raw)
     diffs += A.same_value_diffs("data sha256", {
-        "tokenizer contract": tc["data_sha256"],
+        "tokenizer contract": tc.data_sha256,
         str(raw): sha256_file(raw) if raw.exists() else "missing"}
         | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
     want = {k: json.dumps(v) for k, v in training_contract(cfg, tc).items()}
-    have = {k: json.dumps(v) for k, v in meta["training_contract"].items()}
+    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
     diffs += A.text_diffs("training contract", ("params + tokenizer contract", "model file meta"),
                           want, have)
     diffs += A.text_diffs("decode settings", ("params.yaml", "predictions header"),
                           {k: json.dumps(v) for k, v in as_dict(cfg.decode).items()},
-                          {k: json.dumps(v) for k, v in header["decode"].items()})
+                          {k: json.dumps(v) for k, v in header.decode.items()})
     return diffs
 
 
@@ -102,15 +106,11 @@ def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> No
     report.seconds[name] = time.perf_counter() - start
 
 
-def _json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def environment_diffs(meta: dict[str, Any], header: dict[str, Any], run: Any) -> list[str]:
+def environment_diffs(meta: ModelMeta, header: PredictionsHeader, run: Any) -> list[str]:
     """The recorded producing environments against the one this audit runs in."""
     now = producing_environment()
-    diffs = environment_differences("model file meta", meta.get("environment"), now)
-    diffs += environment_differences("predictions header", header.get("environment"), now)
+    diffs = environment_differences("model file meta", meta.environment, now)
+    diffs += environment_differences("predictions header", header.environment, now)
     if run is not None:
         tags = {k[len("env."):]: v for k, v in run.data.tags.items() if k.startswith("env.")}
         diffs += environment_differences(f"mlflow run {run.info.run_id} tags env.*", tags, now)
@@ -157,13 +157,14 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     # Inputs are read when a check needs them: one that is missing or broken makes exactly
     # the checks that need it NOT RUN.
-    tc = functools.cache(lambda: _json(Path(cfg.paths.tokenizer) / "contract.json"))
-    header = functools.cache(lambda: _json(pred_path.with_suffix(".header.json")))
+    tc = functools.cache(lambda: TokenizerContract.load(Path(cfg.paths.tokenizer) /
+                                                        "contract.json"))
+    header = functools.cache(lambda: PredictionsHeader.load(pred_path))
     # numbers in metrics.json, text results (signatures, hashes) in results.json
-    metrics = functools.cache(
-        lambda: _json(Path(cfg.paths.metrics)) | _json(Path(cfg.paths.results)))
-    meta = functools.cache(lambda: load_model(Path(cfg.paths.model))[1])
-    _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), metrics()))
+    metrics = functools.cache(lambda: Metrics.load(cfg.paths.metrics))
+    results = functools.cache(lambda: Results.load(cfg.paths.results))
+    meta = functools.cache(lambda: ModelFile.load(cfg.paths.model).meta)
+    _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), results()))
     _run(report, "counts", lambda: R.count_diffs(cfg, header(), metrics()))
     done: dict[str, Any] = {}
     for stage in R.REDERIVED:
@@ -193,7 +194,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     return report
 
 
-def expected_record(cfg: Config, done: dict[str, Any], exp_name: str | None) -> dict[str, Any]:
+def expected_record(cfg: Config, done: dict[str, Any], exp_name: str | None) -> RunRecord:
     """The MLflow record the evaluate stage would log now, from the evaluation redone.
 
     ``exp_name``: the run's ``dvc.exp.name`` tag. Under ``dvc exp run`` DVC names the
@@ -207,7 +208,8 @@ def expected_record(cfg: Config, done: dict[str, Any], exp_name: str | None) -> 
     if exp_name:
         os.environ["DVC_EXP_NAME"] = exp_name
     try:
-        return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
+        return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
+                            out.contract)
     finally:
         os.environ.pop("DVC_EXP_NAME", None)
         if saved is not None:

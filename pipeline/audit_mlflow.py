@@ -18,6 +18,7 @@ from typing import Any
 from pipeline.dvc_lock import upstream_lock_digest
 from pipeline.tracking import param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
+from seqcore.artifacts.run_record import RunRecord
 from seqcore.compare import first_difference
 from seqcore.config import Config, experiment_name
 
@@ -47,16 +48,16 @@ def _is_commit(sha: str) -> bool:
     return res.returncode == 0
 
 
-def tag_diffs(record: dict[str, Any], tags: dict[str, str], lock_sha: str | None) -> list[str]:
+def tag_diffs(record: RunRecord, tags: dict[str, str], lock_sha: str | None) -> list[str]:
     """Every tag: equal to the record's, or (git.*, dvc.lock.sha256) true of this repository.
 
     ``env.*`` tags are the environment check's; MLflow's own ``mlflow.*`` tags are not ours
     except the run name.
     """
-    want = {k: str(v) for k, v in record["tags"].items() if not k.startswith("env.")}
+    want = {k: str(v) for k, v in record.tags.items() if not k.startswith("env.")}
     # The record is built under the run's dvc.exp.name (expected_record), so its name leads
     # with the experiment's as the logged one does.
-    want["mlflow.runName"] = record["run_name"]
+    want["mlflow.runName"] = record.run_name
     diffs = []
     for key in sorted(set(want) | {k for k in tags if not k.startswith(("mlflow.", "env."))}):
         have, expected = tags.get(key), want.get(key)
@@ -79,10 +80,10 @@ def tag_diffs(record: dict[str, Any], tags: dict[str, str], lock_sha: str | None
     return diffs
 
 
-def step_diffs(client: Any, run_id: str, record: dict[str, Any]) -> list[str]:
+def step_diffs(client: Any, run_id: str, record: RunRecord) -> list[str]:
     """Each step metric's whole history against the training log's rows."""
     want: dict[str, list[tuple[int, float]]] = {}
-    for name, step, value in record["steps"]:
+    for name, step, value in record.steps:
         want.setdefault(name, []).append((step, value))
     diffs = []
     for name, rows in sorted(want.items()):
@@ -98,7 +99,7 @@ def step_diffs(client: Any, run_id: str, record: dict[str, Any]) -> list[str]:
     return diffs
 
 
-def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
+def artifact_diffs(run: Any, uri: str, record: RunRecord,
                    lock: dict[str, Any]) -> tuple[list[str], str | None]:
     """Every logged artifact downloaded and compared with the file it copies.
 
@@ -109,8 +110,8 @@ def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep output plain
     # what the pipeline logs: the texts, and the PNG plots (base64 in the record)
-    texts: dict[str, bytes] = {n: s.encode("utf-8") for n, s in record["texts"].items()}
-    texts |= {n: base64.b64decode(b) for n, b in record.get("images", {}).items()}
+    texts: dict[str, bytes] = {n: s.encode("utf-8") for n, s in record.texts.items()}
+    texts |= {n: base64.b64decode(b) for n, b in (record.images or {}).items()}
     with tempfile.TemporaryDirectory(prefix="audit-mlflow-") as tmp:
         root = Path(mlflow.artifacts.download_artifacts(
             run_id=run.info.run_id, dst_path=tmp, tracking_uri=uri))
@@ -135,7 +136,7 @@ def artifact_diffs(run: Any, uri: str, record: dict[str, Any],
     return diffs, lock_sha
 
 
-def mlflow_diffs(cfg: Config, run: Any, record: dict[str, Any],
+def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
                  lock: dict[str, Any]) -> list[str]:
     """The run compared whole with ``record`` (pipeline.tracking.build_record, made now)."""
     import mlflow  # noqa: PLC0415
@@ -146,13 +147,13 @@ def mlflow_diffs(cfg: Config, run: Any, record: dict[str, Any],
     uri = tracking_uri(cfg.mlflow.tracking_uri)
     client = mlflow.MlflowClient(tracking_uri=uri)
     rid = run.info.run_id
-    want = dict(param_items(record["params"]))
+    want = dict(param_items(record.params))
     diffs += A.text_diffs(f"run {rid} param", (PIPELINE, RUN), want, run.data.params)
     diffs += [f"run {rid} param {k}: {RUN} has {v!r}, not in the current contract"
               for k, v in sorted(run.data.params.items()) if k not in want]
-    finals = {k: float(v) for k, v in record["metrics"].items()}
+    finals = {k: float(v) for k, v in record.metrics.items()}
     diffs += A.number_diffs(f"run {rid} metric", (PIPELINE, RUN), finals, run.data.metrics)
-    steps = {name for name, _, _ in record["steps"]}
+    steps = {name for name, _, _ in record.steps}
     diffs += [f"run {rid} metric {k}: {RUN} has {v!r}, the pipeline logs no such metric"
               for k, v in sorted(run.data.metrics.items()) if k not in finals | dict.fromkeys(steps)]
     diffs += [f"run {rid} {d}" for d in step_diffs(client, rid, record)]

@@ -22,6 +22,9 @@ import torch
 
 from pipeline import decode, evaluate, prepare, tokenizer
 from pipeline.stage import read_json
+from seqcore.artifacts.model_file import ModelFile, ModelMeta
+from seqcore.artifacts.predictions import PredictionsHeader
+from seqcore.artifacts.reports import Metrics, Results
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
 from seqcore.training.checkpoint import CheckpointDir, load_blob
@@ -67,7 +70,7 @@ def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
             rel, sides, root / rel, Path(tmp) / rel, ignore_fields=frozenset({"environment"}))]
 
 
-def count_diffs(cfg: Config, header: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
+def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> list[str]:
     """Header rows = prediction lines = encoded examples = the metrics' example counts."""
     split = cfg.decode.split
     pred = Path(cfg.paths.predictions) / f"{split}.jsonl"
@@ -82,9 +85,9 @@ def count_diffs(cfg: Config, header: dict[str, Any], metrics: dict[str, Any]) ->
               f"{cfg.paths.encoded}/manifest.json counts.{split}.kept":
                   manifest["counts"][split]["kept"],
               f"{pred} lines": lines(pred),
-              f"{pred.with_suffix('.header.json')} rows": header.get("rows"),
-              f"{cfg.paths.metrics} {split}_sequences": metrics.get(f"{split}_sequences"),
-              f"{cfg.paths.metrics} examples": metrics.get("examples")}
+              f"{pred.with_suffix('.header.json')} rows": header.rows,
+              f"{cfg.paths.metrics} {split}_sequences": metrics.count(f"{split}_sequences"),
+              f"{cfg.paths.metrics} examples": metrics.count("examples")}
     ref_place, ref = next(iter(counts.items()))
     return [f"count: {place} has {value!r}, {ref_place} has {ref!r}"
             for place, value in counts.items() if value != ref]
@@ -101,27 +104,27 @@ def _finite(x: float) -> float | None:
 
 def checkpoint_folder(cfg: Config) -> Path:
     """The run's checkpoint folder, as evaluate recorded it in results.json."""
-    return Path(read_json(cfg.paths.results)["checkpoints"])
+    return Path(Results.load(cfg.paths.results).checkpoints)
 
 
-def training_meta_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
+def training_meta_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     """train_metrics.json and train_log.csv against the model file alone (no checkpoints here:
     they are the training machine's working state and are never pushed)."""
     tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
     tm = read_json(tm_path)
-    want = {"steps": meta["step"], "best_step": meta["best_step"],
-            "best_dev_nll": meta["best_dev_nll"], "selected_step": meta["selected_step"]}
+    want = {"steps": meta.step, "best_step": meta.best_step,
+            "best_dev_nll": meta.best_dev_nll, "selected_step": meta.selected_step}
     diffs = [f"{tm_path}: field {k}: file has {a!r}, model file meta gives {b!r}"
              for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
     rows = _log_rows(log_path)
     last = float(rows[-1]["step"]) if rows else 0.0
-    if last != meta["step"]:
+    if last != meta.step:
         diffs.append(f"{log_path}: last step: file has {last:g}, model file meta gives "
-                     f"{meta['step']}")
+                     f"{meta.step}")
     return diffs
 
 
-def training_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
+def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     """train_log.csv, train_metrics.json and the model file against the final checkpoint.
 
     The final checkpoint (always written at ``max_steps``) carries the log history, the
@@ -159,9 +162,11 @@ def training_diffs(cfg: Config, meta: dict[str, Any]) -> list[str]:
               for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
     meta_want = {k: want[k] for k in ("best_step", "best_dev_nll", "selected_step")}
     meta_want["step"] = st["step"]
+    have = {"best_step": meta.best_step, "best_dev_nll": meta.best_dev_nll,
+            "selected_step": meta.selected_step, "step": meta.step}
     diffs += [f"model file meta: field {k}: model file has {a!r}, checkpoints give {b!r}"
-              for k, a, b in field_differences({k: meta.get(k) for k in meta_want}, meta_want)]
-    weights, kept = load_blob(Path(cfg.paths.model))["model"], chosen["model"]
+              for k, a, b in field_differences(have, meta_want)]
+    weights, kept = ModelFile.load(cfg.paths.model).weights, chosen["model"]
     off = sorted(set(weights) ^ set(kept)) + [
         k for k in kept if k in weights and not torch.equal(weights[k], kept[k])]
     if off:

@@ -25,7 +25,8 @@ def run(cfg: Config) -> Evaluated:
 def main() -> None:
     cfg = load(__doc__)
     out = run(cfg)
-    record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path)
+    record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
+                          out.contract)
     log_or_keep(record, Path(cfg.paths.mlflow_pending))
 
 

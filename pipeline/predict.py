@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-from pipeline.stage import signature
+from pipeline.stage import contract_path, signature, tokenizer_contract
+from seqcore.artifacts.model_file import ModelFile
 from seqcore.config import ConfigError, load_config
 from seqcore.data.examples import Example
 from seqcore.data.inputs import SourceInput, check_source
@@ -24,7 +24,6 @@ from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.tokenizer import load_tokenizers
 from seqcore.determinism import set_determinism
-from seqcore.training.model_file import load_model
 
 
 def output_problem(tokens: list[int], eos: bool, unk: int, max_len: int) -> str:
@@ -51,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         print("[predict] no input: give inputs as arguments or one per line on stdin",
               file=sys.stderr)
         return 2
-    model, meta = load_model(Path(cfg.paths.model))
-    signature(cfg, "predict", meta["signature"], cfg.paths.model)
-    trained = meta["training_contract"]
-    toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
-        side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
-    checked = [check_source(line, toks.text, toks.src, trained["sequence.max_src_len"])
+    saved = ModelFile.load(cfg.paths.model)
+    model, meta = saved.build(), saved.meta
+    tc = tokenizer_contract(cfg)
+    signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc)
+    toks = load_tokenizers(contract_path(cfg), meta.tokenizer_sha256(), tc)
+    checked = [check_source(line, toks.text, toks.src, meta.max_src_len)
                for line in lines]
     good = [i for i, c in enumerate(checked) if not c.problem]
     examples = [Example(str(i), str(i), checked[i].text, "", checked[i].ids, [], True)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from seqcore.artifacts.base import read_json, write_json  # noqa: F401 (the stages' JSON)
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.errors import OneLineError
 from seqcore.signature import contract_signature, signature_diff
 
+if TYPE_CHECKING:
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract
 
 #: Exit status of a stage stopped by a configuration error (argparse uses 2 for bad usage too).
 CONFIG_ERROR_STATUS = 2
@@ -43,36 +45,30 @@ def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any)
         sys.__excepthook__(kind, err, tb)
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    """Pretty, key-sorted, strict JSON with a trailing newline (stable bytes).
-
-    ``allow_nan=False``: a NaN or infinity raises here instead of writing a bare ``NaN`` that
-    most JSON readers reject; producers turn undefined values into ``null`` with a reason
-    first (seqcore.metrics.nulls, issue 13).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False,
-                               allow_nan=False) + "\n", encoding="utf-8")
+def contract_path(cfg: Config) -> Path:
+    return Path(cfg.paths.tokenizer) / "contract.json"
 
 
-def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def tokenizer_contract(cfg: Config) -> TokenizerContract:
+    """The tokenizer stage's contract (read once per stage and passed on)."""
+    # imported here: the class pulls in torch, which fetch, prepare and validate never need
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
 
-
-def tokenizer_contract(cfg: Config) -> dict[str, Any]:
-    return read_json(Path(cfg.paths.tokenizer) / "contract.json")
+    return TokenizerContract.load(contract_path(cfg))
 
 
 def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "",
-              upstream: bool = True) -> str:
+              upstream: bool = True, contract: TokenizerContract | None = None) -> str:
     """Compute, print and (if ``stored`` is given) compare the contract signature.
 
     ``upstream=False`` is for the stages before the tokenizer (fetch, prepare): their
     signature has the tokenizer fields ``pending`` instead of reading a stale contract.
+    ``contract``: the tokenizer contract the stage already read (else it is read here).
     A mismatch with ``stored`` stops the stage with a field-by-field diff.
     """
-    sig = contract_signature(cfg, tokenizer_contract(cfg) if upstream else None)
+    if upstream and contract is None:
+        contract = tokenizer_contract(cfg)
+    sig = contract_signature(cfg, contract if upstream else None)
     print(f"[{stage}] contract: {sig}", file=sys.stderr)
     if stored is not None and stored != sig:
         diff = "\n  ".join(signature_diff(stored, sig))

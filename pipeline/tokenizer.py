@@ -4,10 +4,10 @@ measure coverage (UNK rates, length drops) and stop when it is too poor to train
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
-from pipeline.stage import load, read_json, signature, write_json
+from pipeline.stage import contract_path, load, read_json, signature, write_json
+from seqcore.artifacts.tokenizer_contract import TextNormalization, TokenizerContract
 from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.data.coverage import SplitCoverage, split_coverage
@@ -17,24 +17,19 @@ from seqcore.data.splits import SPLITS
 from seqcore.signature import contract_signature
 from seqcore.tasks import get_task
 from seqcore.tokenizer import (
-    BOS_PIECE, CONTRACT_FORMAT, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, check_special_ids,
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, check_special_ids,
     choose_settings, load_tokenizers, round_trip, side_contract, train_sentencepiece,
 )
 
 
-def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> dict:
+def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> TokenizerContract:
     """Train both sides (resolving ``auto`` settings) and write tokenizer/contract.json."""
     t = cfg.tokenizer
     ids = SpecialIds(pad=t.pad_id, unk=t.unk_id, bos=t.bos_id, eos=t.eos_id)
     where = [f"{raw['label']}:{p.line}" for p in train]
     texts = {"src": [p.source for p in train], "tgt": [p.target for p in train]}
     out = Path(cfg.paths.tokenizer)
-    norm = {"form": cfg.data.normalization, "casefold": cfg.data.casefold}
-    if cfg.data.casefold_target:  # only when set, so a default contract keeps its bytes
-        norm["casefold_target"] = True
-    contract: dict = {"format": CONTRACT_FORMAT, "special_ids": asdict(ids),
-                      "special_pieces": [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE],
-                      "normalization": norm, "data_sha256": raw["sha256"], "round_trip": {}}
+    sides, checks = {}, {}
     for side, model_type, vocab in (("src", t.src_model_type, t.src_vocab_size),
                                     ("tgt", t.tgt_model_type, t.tgt_vocab_size)):
         settings, chosen = choose_settings(texts[side], model_type, vocab, t.character_coverage)
@@ -42,10 +37,14 @@ def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> dict:
             print(f"[tokenizer] {side}: auto chose {chosen}", file=sys.stderr)
         tok = Tokenizer(train_sentencepiece(texts[side], settings, ids, out / f"{side}.model"))
         check_special_ids(tok, ids)
-        contract[side] = side_contract(tok, settings, f"{side}.model", chosen)
-        contract["round_trip"][side] = asdict(round_trip(tok, texts[side], where))
-    contract["signature"] = contract_signature(cfg, contract)
-    write_json(out / "contract.json", contract)
+        sides[side] = side_contract(tok, settings, f"{side}.model", chosen)
+        checks[side] = round_trip(tok, texts[side], where)
+    contract = TokenizerContract(
+        ids, (PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE),
+        TextNormalization(cfg.data.normalization, cfg.data.casefold, cfg.data.casefold_target),
+        raw["sha256"], sides["src"], sides["tgt"], checks)
+    contract = contract.with_signature(contract_signature(cfg, contract))
+    contract.save(contract_path(cfg))
     return contract
 
 
@@ -56,9 +55,9 @@ def run(cfg: Config) -> None:
     raw = read_json(prepared / "manifest.json")["raw"]
     splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
     contract = train_tokenizers(cfg, splits["train"], raw)
-    out = Path(cfg.paths.tokenizer)
-    signature(cfg, "tokenizer", contract["signature"], str(out / "contract.json"))
-    toks = load_tokenizers(out / "contract.json")  # what every later stage does
+    written = TokenizerContract.load(contract_path(cfg))  # read back, as every later stage
+    signature(cfg, "tokenizer", contract.signature, str(contract_path(cfg)), contract=written)
+    toks = load_tokenizers(contract_path(cfg), contract=written)
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}
     coverage: dict[str, SplitCoverage] = {}
@@ -77,9 +76,10 @@ def run(cfg: Config) -> None:
         cfg.paths.length_rejects, "max_src_len": seq.max_src_len,
         "max_tgt_len": seq.max_tgt_len, "overlong": seq.overlong})
     write_json(cfg.paths.coverage, {s: c.as_dict() for s, c in coverage.items()} | {
-        "tokenizer": {side: {k: contract[side][k] for k in ("model_type", "vocab_size")}
+        "tokenizer": {side: {"model_type": contract.side(side).model_type,
+                             "vocab_size": contract.side(side).vocab_size}
                       for side in ("src", "tgt")}})
-    failed = {s: contract["round_trip"][s]["failed"] for s in ("src", "tgt")}
+    failed = {s: contract.round_trip[s].failed for s in ("src", "tgt")}
     rates = {s: {"src": f"{c.src.rate:.2%}", "tgt": f"{c.tgt.rate:.2%}"}
              for s, c in coverage.items()}
     print(f"[tokenizer] src={toks.src.signature()} tgt={toks.tgt.signature()} "

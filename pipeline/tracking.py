@@ -23,11 +23,15 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.dvc_lock import upstream_lock_digest
 from seqcore import __version__
+from seqcore.artifacts.predictions import PredictionsHeader
+from seqcore.artifacts.run_record import RunRecord
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
 from seqcore.credentials import redact_text, redact_uri
 from seqcore.environment import producing_environment
@@ -82,14 +86,15 @@ def param_items(params: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def contract_params(cfg: Config, tc: dict[str, Any], sig: str) -> dict[str, Any]:
+def contract_params(cfg: Config, tc: TokenizerContract, sig: str) -> dict[str, Any]:
     """Every parameter of the sequence contract, flattened with dotted names."""
     prepared = Path(cfg.paths.prepared) / "manifest.json"
     manifest = json.loads(prepared.read_text()) if prepared.exists() else {}
     data = {f"data.prepared.sha256.{k}": v for k, v in manifest.get("sha256", {}).items()}
     if "raw" in manifest:
         data["data.raw.sha256"] = manifest["raw"]["sha256"]
-    return (flatten(as_dict(cfg)) | {f"tokenizer.contract.{k}": v for k, v in flatten(tc).items()}
+    return (flatten(as_dict(cfg))
+            | {f"tokenizer.contract.{k}": v for k, v in flatten(tc.as_json()).items()}
             | data | derived_params(cfg) | {"contract.signature": sig})
 
 
@@ -159,20 +164,21 @@ def env_tags(environment: dict[str, str]) -> dict[str, str]:
     return {f"env.{k}": v for k, v in environment.items()}
 
 
-def run_tags(cfg: Config, sig: str, tc: dict[str, Any], header: dict[str, Any]) -> dict[str, str]:
+def run_tags(cfg: Config, sig: str, tc: TokenizerContract,
+             header: PredictionsHeader) -> dict[str, str]:
     """Hashes that tie the run to its inputs (audit compares them with the files)."""
     lock = Path("dvc.lock")
     upstream = upstream_lock_digest(read_yaml12(lock)) if lock.exists() else "none"
     tags = {"contract.signature": sig, "contract.signature.format": str(SIGNATURE_FORMAT),
-            "data.sha256": tc["data_sha256"],
+            "data.sha256": tc.data_sha256,
             "tokenizer.contract.sha256": _sha256_or_none(Path(cfg.paths.tokenizer) /
                                                          "contract.json"),
             "dvc.lock.sha256": _sha256_or_none(lock), "dvc.lock.upstream.sha256": upstream,
-            "model.sha256": header["model_sha256"], "seqcore.version": __version__,
+            "model.sha256": header.model_sha256, "seqcore.version": __version__,
             **git_state(cfg), **env_tags(producing_environment().as_dict())}
     # Where the model was trained (device kind, processes, backend), from the model file's
     # contract through the predictions header (issue 16); absent in older headers.
-    tags |= {f"trained_on.{k}": str(v) for k, v in header.get("trained_on", {}).items()}
+    tags |= {f"trained_on.{k}": str(v) for k, v in (header.trained_on or {}).items()}
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp.name"] = os.environ["DVC_EXP_NAME"]
     return tags
@@ -269,10 +275,17 @@ def run_images(details: Path) -> dict[str, str]:
             for p in sorted(details.glob("*.png"))}
 
 
-def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: dict[str, Any],
-                 pred_path: Path) -> dict[str, Any]:
-    """Everything one MLflow run holds, as plain JSON (so it can be kept and replayed)."""
-    tc = json.loads((Path(cfg.paths.tokenizer) / "contract.json").read_text())
+def new_record(cfg: Config, run_name: str, params: dict[str, Any], metrics: dict[str, Any],
+               tags: dict[str, str], texts: dict[str, str],
+               images: dict[str, str] | None = None) -> RunRecord:
+    """The one record builder: the store, experiment and training curve come from ``cfg``."""
+    return RunRecord(tracking_uri(cfg.mlflow.tracking_uri), experiment_name(cfg), run_name,
+                     params, metrics, train_curve(Path(cfg.paths.train_log)), tags, texts, images)
+
+
+def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: PredictionsHeader,
+                 pred_path: Path, tc: TokenizerContract) -> RunRecord:
+    """Everything one MLflow run of the evaluate stage holds (kept and replayed as JSON)."""
     numeric = {k: v for k, v in flatten(metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     changed = changed_params(cfg)
@@ -284,11 +297,8 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: dict[st
     tags = texts | counts | run_tags(cfg, sig, tc, header)
     tags |= source_tags(tags.get("git.commit", "none"))
     tags["mlflow.note.content"] = run_note(name, metrics, changed)
-    return {"uri": tracking_uri(cfg.mlflow.tracking_uri), "experiment": experiment_name(cfg),
-            "run_name": name, "params": contract_params(cfg, tc, sig), "metrics": numeric,
-            "steps": train_curve(Path(cfg.paths.train_log)),
-            "tags": tags, "texts": run_texts(cfg, pred_path),
-            "images": run_images(Path(cfg.evaluate.details_dir))}
+    return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags,
+                      run_texts(cfg, pred_path), run_images(Path(cfg.evaluate.details_dir)))
 
 
 def artifact_location(uri: str, experiment: str) -> str | None:
@@ -301,35 +311,33 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     return (Path(uri[len(prefix):]).parent / "mlruns" / experiment).as_uri()
 
 
-def log_run(record: dict[str, Any]) -> str:
-    """Log one run from a record {uri, experiment, run_name, params, metrics, steps, tags,
-    texts}; returns the run id."""
+def log_run(record: RunRecord) -> str:
+    """Log one run from a record; returns the run id."""
     import mlflow  # noqa: PLC0415 (slow import, only when logging)
     from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415
 
-    client = mlflow.MlflowClient(tracking_uri=record["uri"])
-    exp = client.get_experiment_by_name(record["experiment"])
+    client = mlflow.MlflowClient(tracking_uri=record.uri)
+    exp = client.get_experiment_by_name(record.experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(
-        record["experiment"], artifact_location=artifact_location(record["uri"],
-                                                                  record["experiment"]))
+        record.experiment, artifact_location=artifact_location(record.uri, record.experiment))
     if not exp or EXPERIMENT_KIND[0] not in exp.tags:
         client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
-    run = client.create_run(exp_id, run_name=record["run_name"])
+    run = client.create_run(exp_id, run_name=record.run_name)
     rid = run.info.run_id
-    params = [Param(k, v) for k, v in param_items(record["params"])]
+    params = [Param(k, v) for k, v in param_items(record.params)]
     for i in range(0, len(params), MAX_PARAMS_PER_BATCH):
         client.log_batch(rid, params=params[i : i + MAX_PARAMS_PER_BATCH])
-    metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(record["metrics"].items())]
-    metrics += [Metric(k, float(v), 0, int(step)) for k, step, v in record["steps"]]
+    metrics = [Metric(k, float(v), 0, 0) for k, v in sorted(record.metrics.items())]
+    metrics += [Metric(k, float(v), 0, int(step)) for k, step, v in record.steps]
     for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
         client.log_batch(rid, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
-    tags = [RunTag(k, str(v)) for k, v in sorted(record["tags"].items())]
+    tags = [RunTag(k, str(v)) for k, v in sorted(record.tags.items())]
     for i in range(0, len(tags), MAX_TAGS_PER_BATCH):
         client.log_batch(rid, tags=tags[i : i + MAX_TAGS_PER_BATCH])
-    for name, text in sorted(record.get("texts", {}).items()):
+    for name, text in sorted(record.texts.items()):
         client.log_text(rid, text, name)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, data in sorted(record.get("images", {}).items()):
+        for name, data in sorted((record.images or {}).items()):
             local = Path(tmp) / Path(name).name
             local.write_bytes(base64.b64decode(data))
             client.log_artifact(rid, str(local), str(Path(name).parent))
@@ -350,27 +358,25 @@ def redacted_console(uri: str) -> Iterator[None]:
         sys.stderr.write(redact_text(err.getvalue(), (uri,)))
 
 
-def log_or_keep(record: dict[str, Any], pending: Path) -> str | None:
+def log_or_keep(record: RunRecord, pending: Path) -> str | None:
     """Log the run; on any tracking failure keep the record in ``pending`` and warn once."""
     # MLflow's default (7 retries, exponential backoff) keeps an unreachable server busy for
     # minutes; the run is kept anyway, so fail sooner unless the user chose otherwise.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    uri = record["uri"]
+    uri = record.uri
     try:
         with redacted_console(uri):
             rid = log_run(record)
     except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)
-        kept = json.loads(pending.read_text()) if pending.exists() else []
-        pending.parent.mkdir(parents=True, exist_ok=True)
+        kept = RunRecord.load_all(pending) if pending.exists() else []
         # The replay resolves the store again (as a run does), so the address kept here is
         # for people only, and without its credentials.
-        kept.append(record | {"uri": redact_uri(uri)})
-        pending.write_text(json.dumps(kept, indent=1, sort_keys=True, allow_nan=False) + "\n")
+        RunRecord.save_all(pending, kept + [replace(record, uri=redact_uri(uri))])
         print(redact_text(f"WARNING: MLflow store {uri} unreachable ({type(err).__name__}: "
                           f"{err}); run kept in {pending}; log it later with "
                           "`python -m pipeline.tracking --replay`", (uri,)), file=sys.stderr)
         return None
-    print(f"[mlflow] run {rid} in {redact_uri(uri)} (experiment {record['experiment']})",
+    print(f"[mlflow] run {rid} in {redact_uri(uri)} (experiment {record.experiment})",
           file=sys.stderr)
     return rid
 
@@ -400,7 +406,7 @@ def replay(pending: Path, uri: str, seconds: float) -> int:
     """
     import mlflow  # noqa: F401, PLC0415 (imported before the clock starts: it takes seconds)
 
-    records = json.loads(pending.read_text(encoding="utf-8"))
+    records = RunRecord.load_all(pending)
     print(f"replaying {len(records)} run(s) from {pending} into {redact_uri(uri)} "
           f"(giving up after {seconds:g} s)", file=sys.stderr)
     done, start = 0, time.monotonic()
@@ -409,9 +415,9 @@ def replay(pending: Path, uri: str, seconds: float) -> int:
     try:
         for record in records:
             with redacted_console(uri):
-                rid = log_run(record | {"uri": uri})
+                rid = log_run(replace(record, uri=uri))
             done += 1
-            print(f"logged run {rid} ({record['run_name']})", file=sys.stderr)
+            print(f"logged run {rid} ({record.run_name})", file=sys.stderr)
     except ReplayDeadline:
         print(f"gave up after {time.monotonic() - start:.0f} s: {redact_uri(uri)} did not "
               "answer in time (raise --timeout to wait longer)", file=sys.stderr)
@@ -423,7 +429,7 @@ def replay(pending: Path, uri: str, seconds: float) -> int:
         signal.signal(signal.SIGALRM, old)
     left = records[done:]
     if left:
-        pending.write_text(json.dumps(left, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
+        RunRecord.save_all(pending, left)
         print(f"{len(left)} run(s) still kept in {pending}", file=sys.stderr)
     else:
         pending.unlink()

@@ -20,6 +20,7 @@ import torch
 
 from pipeline.stage import load, write_json
 from pipeline.task_io import PipelineIO
+from seqcore.artifacts.model_file import ModelMeta
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.environment import producing_environment
@@ -95,10 +96,9 @@ def main() -> None:
         print(f"warning: no usable checkpoint of best step {state.best_step}; the model file "
               f"holds step {state.step} (the last)", file=sys.stderr)
     selected_step = best.payload["state"]["step"] if best is not None else state.step
-    meta = {"signature": setup.signature, "step": state.step, "select": cfg.train.select,
-            "selected_step": selected_step, "best_step": state.best_step,
-            "best_dev_nll": finite(state.best_dev), "training_contract": setup.contract,
-            "environment": producing_environment().as_dict()}
+    meta = ModelMeta(setup.signature, state.step, cfg.train.select, selected_step,
+                     state.best_step, finite(state.best_dev), setup.contract,
+                     producing_environment().as_dict())
     sha = setup.save(Path(cfg.paths.model), meta)
     write_json(cfg.paths.train_metrics, null_undefined({
         "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,

@@ -13,7 +13,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the contract class imports torch; the audit checks need none
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract
 
 
 OK, MISMATCH, NOT_RUN, WARNING = "ok", "MISMATCH", "NOT RUN", "WARNING"
@@ -120,16 +123,17 @@ def same_value_diffs(what: str, values: dict[str, Any]) -> list[str]:
             for place, value in values.items() if value != ref]
 
 
-def tokenizer_file_diffs(tokenizer_dir: Path, contract: dict[str, Any],
+def tokenizer_file_diffs(tokenizer_dir: Path, contract: TokenizerContract,
                          sha256: Callable[[Path], str]) -> list[str]:
     """The tokenizer model files hash to what the tokenizer contract records."""
     diffs = []
     for side in ("src", "tgt"):
-        path = tokenizer_dir / contract[side]["file"]
+        entry = contract.side(side)
+        path = tokenizer_dir / entry.file
         got = sha256(path) if path.exists() else "missing"
-        if got != contract[side]["sha256"]:
+        if got != entry.sha256:
             diffs.append(f"tokenizer {side}: file {path} has sha256 {got}, tokenizer contract "
-                         f"records {contract[side]['sha256']}")
+                         f"records {entry.sha256}")
     return diffs
 
 

@@ -8,10 +8,13 @@ the MLflow run; stages compare it and stop on a mismatch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqcore import __version__
 from seqcore.config import Config
+
+if TYPE_CHECKING:  # the contract class imports torch (SpecialIds); signatures need none
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract
 
 SIGNATURE_FORMAT = 1
 
@@ -20,25 +23,30 @@ SIGNATURE_FORMAT = 1
 PENDING = "pending"
 
 
-def contract_fields(cfg: Config, tokenizer_contract: dict[str, Any] | None) -> dict[str, str]:
+def contract_fields(cfg: Config, tokenizer_contract: TokenizerContract | None) -> dict[str, str]:
     """The ordered fields of the sequence-contract signature.
 
     With ``tokenizer_contract=None`` (stages before the tokenizer) the data hash comes from
     params (``data.sha256``) and the tokenizer fields read ``pending``.
     """
     tc, seq, data = tokenizer_contract, cfg.sequence, cfg.data
-    side = lambda s: (f"{tc[s]['model_type']}-v{tc[s]['vocab_size']}-{tc[s]['sha256'][:8]}"  # noqa: E731
-                      if tc else PENDING)
-    special = lambda k: str(tc["special_ids"][k]) if tc else PENDING  # noqa: E731
+
+    def side(name: str) -> str:
+        if tc is None:
+            return PENDING
+        s = tc.side(name)
+        return f"{s.model_type}-v{s.vocab_size}-{s.sha256[:8]}"
+
+    ids = tc.special_ids if tc else None
     return {
         "task": cfg.task,
-        "data": (tc["data_sha256"] if tc else data.sha256 or PENDING)[:12],
+        "data": (tc.data_sha256 if tc else data.sha256 or PENDING)[:12],
         "src": side("src"),
         "tgt": side("tgt"),
-        "pad": special("pad"),
-        "unk": special("unk"),
-        "bos": special("bos"),
-        "eos": special("eos"),
+        "pad": str(ids.pad) if ids else PENDING,
+        "unk": str(ids.unk) if ids else PENDING,
+        "bos": str(ids.bos) if ids else PENDING,
+        "eos": str(ids.eos) if ids else PENDING,
         "maxsrc": str(seq.max_src_len),
         "maxtgt": str(seq.max_tgt_len),
         "trunc": seq.overlong,
@@ -58,7 +66,7 @@ def format_signature(fields: dict[str, str]) -> str:
     return "|".join(f"{k}:{v}" for k, v in fields.items())
 
 
-def contract_signature(cfg: Config, tokenizer_contract: dict[str, Any] | None) -> str:
+def contract_signature(cfg: Config, tokenizer_contract: TokenizerContract | None) -> str:
     return format_signature(contract_fields(cfg, tokenizer_contract))
 
 
@@ -105,13 +113,13 @@ def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     return flat
 
 
-def training_contract(cfg: Config, tokenizer_contract: dict[str, Any]) -> dict[str, Any]:
+def training_contract(cfg: Config, tokenizer_contract: TokenizerContract) -> dict[str, Any]:
     """Flat dict of everything a seq2seq checkpoint must agree with to be resumed."""
     flat = config_contract(cfg, ("data", "tokenizer", "sequence", "model", "train"))
     flat["task"] = cfg.task
     flat["signature"] = contract_signature(cfg, tokenizer_contract)
-    flat["tokenizer.src.sha256"] = tokenizer_contract["src"]["sha256"]
-    flat["tokenizer.tgt.sha256"] = tokenizer_contract["tgt"]["sha256"]
+    flat["tokenizer.src.sha256"] = tokenizer_contract.src.sha256
+    flat["tokenizer.tgt.sha256"] = tokenizer_contract.tgt.sha256
     return flat
 
 

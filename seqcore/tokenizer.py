@@ -14,15 +14,16 @@ spell ours, and ``<s>`` in the data is three ordinary characters.
 from __future__ import annotations
 
 import io
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import sentencepiece as spm
 
+from seqcore.artifacts.tokenizer_contract import (
+    SIDES, RoundTrip, SideContract, TokenizerContract)
 from seqcore.contract import SpecialIds
 from seqcore.hashing import sha256_file
 from seqcore.text import (
@@ -197,9 +198,6 @@ def check_special_ids(tok: Tokenizer, expected: SpecialIds) -> None:
         raise ValueError(f"{tok.path}: special pieces {pieces} are not the contract's")
 
 
-#: Version of the tokenizer/contract.json layout (bump on a change; noted in the README).
-CONTRACT_FORMAT = 2
-SIDES = ("src", "tgt")
 
 
 class TokenizerMismatch(ValueError):
@@ -234,47 +232,47 @@ class Tokenizers:
     tgt: Tokenizer
     ids: SpecialIds
     text: TextContract
-    contract: dict[str, Any]
+    contract: TokenizerContract
 
 
 def side_contract(
     tok: Tokenizer, settings: TokenizerSettings, file: str, chosen: str = ""
-) -> dict[str, Any]:
+) -> SideContract:
     """One side's contract entry: settings, actual vocabulary size and the model file's sha256,
     plus ``auto_chosen`` (what auto resolved to, and why) when a setting was auto."""
-    entry = {"file": file, "sha256": tok.sha256, "model_type": settings.model_type,
-             "vocab_size": tok.vocab_size, "requested_vocab_size": settings.vocab_size,
-             "character_coverage": settings.character_coverage}
-    return entry | ({"auto_chosen": chosen} if chosen else {})
+    return SideContract(file, tok.sha256, settings.model_type, tok.vocab_size,
+                        settings.vocab_size, settings.character_coverage, chosen)
 
 
 def load_tokenizers(
-    contract_path: Path, expected_sha256: dict[str, str] | None = None
+    contract_path: Path, expected_sha256: dict[str, str | None] | None = None,
+    contract: TokenizerContract | None = None,
 ) -> Tokenizers:
     """Load both tokenizers named by a contract, refusing any model file that does not match.
 
     Args:
         contract_path: ``tokenizer/contract.json``; model files are resolved next to it.
         expected_sha256: ``{"src": ..., "tgt": ...}`` as recorded by a checkpoint, if any.
+        contract: the contract the caller already read from ``contract_path`` (else read here).
 
     Raises:
         TokenizerMismatch: naming both hashes, when a model file's sha256 differs from the
             contract's, or the contract's from the checkpoint's; or the special ids differ.
     """
     contract_path = Path(contract_path)
-    contract = json.loads(contract_path.read_text(encoding="utf-8"))
-    ids = SpecialIds(**contract["special_ids"])
+    contract = contract or TokenizerContract.load(contract_path)
+    ids = contract.special_ids
     toks = {}
     for side in SIDES:
-        entry = contract[side]
-        tok = Tokenizer(contract_path.parent / entry["file"])
-        if tok.sha256 != entry["sha256"]:
+        entry = contract.side(side)
+        tok = Tokenizer(contract_path.parent / entry.file)
+        if tok.sha256 != entry.sha256:
             raise TokenizerMismatch(
                 f"{side} tokenizer {tok.path}: model file sha256 {tok.sha256} does not match "
-                f"{contract_path} sha256 {entry['sha256']}; re-run the tokenizer stage")
-        if expected_sha256 is not None and expected_sha256[side] != entry["sha256"]:
+                f"{contract_path} sha256 {entry.sha256}; re-run the tokenizer stage")
+        if expected_sha256 is not None and expected_sha256[side] != entry.sha256:
             raise TokenizerMismatch(
-                f"{side} tokenizer: {contract_path} sha256 {entry['sha256']} differs from the "
+                f"{side} tokenizer: {contract_path} sha256 {entry.sha256} differs from the "
                 f"checkpoint's {expected_sha256[side]}; the model was trained with another "
                 "tokenizer: retrain, or restore that tokenizer")
         try:
@@ -282,19 +280,9 @@ def load_tokenizers(
         except ValueError as err:
             raise TokenizerMismatch(str(err)) from err
         toks[side] = tok
-    norm = contract["normalization"]
-    return Tokenizers(toks["src"], toks["tgt"], ids, TextContract(norm["form"], norm["casefold"]),
+    norm = contract.normalization
+    return Tokenizers(toks["src"], toks["tgt"], ids, TextContract(norm.form, norm.casefold),
                       contract)
-
-
-@dataclass(frozen=True)
-class RoundTrip:
-    """Rows whose decode(encode(x)) differs from x, with why (a reason and the culprits)."""
-
-    rows: int
-    failed: int
-    by_reason: dict[str, int]
-    examples: list[dict[str, str]]
 
 
 def round_trip(

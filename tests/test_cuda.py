@@ -18,7 +18,7 @@ from seqcore.models import build_model
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
-from seqcore.training.model_file import ModelInfo, load_model, save_model
+from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -93,13 +93,15 @@ def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
     trainer = loop(tmp_path)
     trainer.resume()
     trainer.run(lambda entry, tokens_per_s: None)
-    save_model(tmp_path / "model.pt", trainer.model, INFO, {"trained_on": "cuda"})
-    model, meta = load_model(tmp_path / "model.pt")
+    meta = ModelMeta("sig", 3, "last", 3, 0, None, {"train.device_kind": "cuda"}, {})
+    ModelFile(trainer.model.state_dict(), meta, INFO).save(tmp_path / "model.pt")
+    saved = ModelFile.load(tmp_path / "model.pt")
+    model = saved.build()
     assert all(p.device.type == "cpu" for p in model.parameters())
     dec = DecodeConfig(max_len=12)
     rows = decode_examples(model, examples(16), make_decoder(dec, IDS), IDS, _IdentityTok(), 8)
     assert len(rows) == 16 and all(0 <= t < 12 for r in rows for t in r.tokens)
-    assert meta == {"trained_on": "cuda"}
+    assert saved.meta == meta
 
 
 class _IdentityTok:

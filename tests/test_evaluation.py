@@ -16,7 +16,7 @@ import torch
 from seqcore.config import ModelConfig, config_from_dict, flatten
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
-from seqcore.decoding.predictions import PredictionRow, write_predictions
+from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.g2p import ARPABET, is_illegal_phoneme
 from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.recompute import eval_spec, recompute_metrics
@@ -127,7 +127,7 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
 def test_every_metric_is_recomputed_from_the_predictions_file_alone(tmp_path: Path) -> None:
     cfg = config_from_dict({})
     path = tmp_path / "test.jsonl"
-    write_predictions(make_rows(), path)
+    Predictions(make_rows()).save(path)
     written = json.loads(json.dumps(recompute_metrics(path, cfg, is_illegal_phoneme)))  # as metrics.json holds it
     expected = independent(make_rows(), cfg.evaluate.repeat_ngram, cfg.evaluate.repeat_times)
     got, want = flatten(written), flatten(expected)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from seqcore.tokenizer import UNK_PIECE
-from seqcore.decoding.predictions import PredictionRow
+from seqcore.artifacts.predictions import PredictionRow
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.edit import aligned_matches, levenshtein
 from seqcore.metrics.evaluation import bucket_name

@@ -18,7 +18,7 @@ from seqcore.data.examples import Example, encode_pairs
 from seqcore.data.inputs import check_source
 from seqcore.data.readers import read_pairs
 from seqcore.data.records import Pair, Reject, write_rejects
-from seqcore.decoding.predictions import PredictionRow
+from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.evaluation import hypothesis_unk_rate
 from seqcore.metrics.scores import error_stats
 from seqcore.metrics.teacher import teacher_forced_stats

@@ -18,7 +18,7 @@ from seqcore.models.rnn import RNNSeq2Seq
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
 from seqcore.training.loop import TrainLoop
-from seqcore.training.model_file import ModelInfo, load_model, save_model
+from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
 
 FAMILIES = ("transformer", "gru", "lstm")
 VOCAB = 12
@@ -151,8 +151,9 @@ def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path
     assert after[0] / after[1] < 0.85 * before[0] / before[1], (before, after)
     # The model file rebuilds the same family and decodes with the cached interface.
     info = ModelInfo(tiny_config(family), VOCAB, VOCAB, ids.pad, 64)
-    save_model(tmp_path / "model.pt", model, info, {})
-    loaded, _ = load_model(tmp_path / "model.pt")
+    meta = ModelMeta("sig", 20, "last", 20, 0, None, {}, {})
+    ModelFile(model.state_dict(), meta, info).save(tmp_path / "model.pt")
+    loaded = ModelFile.load(tmp_path / "model.pt").build()
     assert type(loaded) is type(model)
     src, mask = pad_batch([[4, 5, 6]], ids.pad)
     assert len(greedy(loaded, src, mask, ids, max_len=6)) == 1

@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 
 from pipeline.stage import signature
+from seqcore.artifacts.tokenizer_contract import SideContract, TextNormalization, TokenizerContract
 from seqcore.config import Config, load_config
+from seqcore.contract import SpecialIds
 from seqcore.signature import (
     PENDING, contract_signature, derived_params, parse_signature, signature_diff)
 
 REPO = Path(__file__).resolve().parents[1]
 
 #: A hand-written tokenizer contract (what pipeline/tokenizer.py writes).
-CONTRACT = {
-    "special_ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
-    "src": {"model_type": "char", "vocab_size": 33, "sha256": "761378d3" + "0" * 56,
-            "file": "src.model"},
-    "tgt": {"model_type": "word", "vocab_size": 40, "sha256": "0faf2d1a" + "1" * 56,
-            "file": "tgt.model"},
-    "data_sha256": "81917843c7f4" + "2" * 52,
-}
+CONTRACT = TokenizerContract(
+    SpecialIds(pad=0, unk=1, bos=2, eos=3), ("<pad>", "<unk>", "<s>", "</s>"),
+    TextNormalization("nfkc", True), "81917843c7f4" + "2" * 52,
+    SideContract("src.model", "761378d3" + "0" * 56, "char", 33, 40, 1.0),
+    SideContract("tgt.model", "0faf2d1a" + "1" * 56, "word", 40, 44, 1.0), {})
 
 
 @pytest.fixture
@@ -58,8 +56,7 @@ def test_stage_stops_with_a_field_diff_when_the_stored_signature_differs(
         cfg: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / cfg.paths.tokenizer).mkdir()
-    (tmp_path / cfg.paths.tokenizer / "contract.json").write_text(json.dumps(CONTRACT))
+    CONTRACT.save(tmp_path / cfg.paths.tokenizer / "contract.json")
     current = contract_signature(cfg, CONTRACT)
     assert signature(cfg, "decode", current, "models/model.pt") == current
     assert f"[decode] contract: {current}" in capsys.readouterr().err

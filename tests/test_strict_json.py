@@ -12,7 +12,7 @@ import pytest
 from pipeline.stage import write_json
 from seqcore.config import config_from_dict
 from seqcore.g2p import is_illegal_phoneme
-from seqcore.decoding.predictions import PredictionRow, write_predictions
+from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.metrics.nulls import null_undefined
 from seqcore.metrics.recompute import recompute_metrics
 
@@ -25,7 +25,7 @@ def one_token_rows() -> list[PredictionRow]:
 
 def test_an_undefined_metric_is_null_with_a_reason(tmp_path: Path) -> None:
     path = tmp_path / "test.jsonl"
-    write_predictions(one_token_rows(), path)
+    Predictions(one_token_rows()).save(path)
     metrics = recompute_metrics(path, config_from_dict({}), is_illegal_phoneme)
     rep = metrics["failures"]["repeated_ngrams"]
     assert rep == {"count": 0, "ngrams": 0, "rate": None, "rate_null_reason":

@@ -3,7 +3,6 @@ HTTP, and an unreachable store whose run is kept and replayed."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -11,10 +10,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
 import pytest
+
+from seqcore.artifacts.run_record import RunRecord
 
 from pipeline.tracking import (
     MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, param_items, tracking_uri)
@@ -48,28 +50,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_record(uri: str, n_params: int = 2 * MAX_PARAMS_PER_BATCH + 17) -> dict:
+def make_record(uri: str, n_params: int = 2 * MAX_PARAMS_PER_BATCH + 17) -> RunRecord:
     """A record with more params than one MLflow batch takes, a curve, tags and texts."""
     params = {f"section.key{i:03d}": i for i in range(n_params)}
     params |= {"decode.strategy": "greedy", "evaluate.bucket_edges": [4, 6, 8]}
-    return {"uri": uri, "experiment": "exp-test", "run_name": "g2p-transformer-greedy-test",
-            "params": params, "metrics": {"exact_match": 0.25, "test_perplexity": 3.5},
-            "steps": [("train.loss", s, 10.0 / s) for s in (1, 2, 3)],
-            "tags": {"contract.signature": "task:g2p|data:abc|fmt:1", "git.dirty": "False"},
-            "texts": {"params.yaml": "task: g2p\n", "predictions/test.sample.jsonl": '{"id": 1}\n'}}
+    return RunRecord(
+        uri, "exp-test", "g2p-transformer-greedy-test", params,
+        {"exact_match": 0.25, "test_perplexity": 3.5},
+        [("train.loss", s, 10.0 / s) for s in (1, 2, 3)],
+        {"contract.signature": "task:g2p|data:abc|fmt:1", "git.dirty": "False"},
+        {"params.yaml": "task: g2p\n", "predictions/test.sample.jsonl": '{"id": 1}\n'})
 
 
-def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: dict, tmp: Path) -> None:
+def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: RunRecord,
+                       tmp: Path) -> None:
     run = client.get_run(rid)
-    assert run.info.run_name == record["run_name"]
-    assert run.data.params == {k: v for k, v in param_items(record["params"])}
+    assert run.info.run_name == record.run_name
+    assert run.data.params == {k: v for k, v in param_items(record.params)}
     assert run.data.params["evaluate.bucket_edges"] == "[4, 6, 8]"
     assert run.data.metrics["exact_match"] == 0.25
     history = client.get_metric_history(rid, "train.loss")
-    assert [(m.step, m.value) for m in history] == [(s, v) for _, s, v in record["steps"]]
+    assert [(m.step, m.value) for m in history] == [(s, v) for _, s, v in record.steps]
     assert {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")} == \
-        record["tags"]
-    for name, text in record["texts"].items():
+        record.tags
+    for name, text in record.texts.items():
         local = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=name,
                                                     dst_path=str(tmp / rid),
                                                     tracking_uri=client.tracking_uri)
@@ -106,7 +110,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     assert log_or_keep(record, pending) is None
     err = capsys.readouterr().err
     assert err.count("WARNING") == 1 and "--replay" in err and dead in err
-    assert json.loads(pending.read_text()) == [json.loads(json.dumps(record))]
+    assert RunRecord.load_all(pending) == [record]
 
     store = f"sqlite:///{store_copy(empty_store, tmp_path / 'later.db')}"
     env = dict(os.environ, MLFLOW_TRACKING_URI=store)
@@ -116,7 +120,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     assert not pending.exists()
     client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("exp-test").experiment_id])
-    assert_run_matches(client, run.info.run_id, record | {"uri": store}, tmp_path)
+    assert_run_matches(client, run.info.run_id, replace(record, uri=store), tmp_path)
 
 
 def test_run_logged_to_an_mlflow_server_reads_back_over_http(

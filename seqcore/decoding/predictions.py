@@ -1,41 +1,21 @@
-"""Running a decoder over encoded examples and writing predictions.jsonl."""
+"""Running a decoder over encoded examples into predictions.jsonl rows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from seqcore.artifacts.predictions import PredictionRow
 from seqcore.contract import SpecialIds, pad_batch
 from seqcore.data.examples import Example
 from seqcore.decoding.search import Hypothesis
-from seqcore.jsonl import read_jsonl, write_jsonl
 from seqcore.models.base import EncoderDecoder
 from seqcore.tokenizer import Tokenizer
 
 #: (model, src (B,S), src_mask (B,S), examples) -> one n-best list per example.
 Decoder = Callable[[EncoderDecoder, torch.Tensor, torch.Tensor, list[Example]],
                    list[list[Hypothesis]]]
-
-
-@dataclass(frozen=True)
-class PredictionRow:
-    """One line of predictions.jsonl."""
-
-    id: str
-    group: str
-    source: str
-    reference: str
-    hypothesis: str
-    tokens: list[int]
-    pieces: list[str]
-    score: float
-    norm_score: float
-    length: int
-    eos: bool
-    nbest: list[dict[str, object]]
 
 
 def decode_examples(
@@ -60,12 +40,3 @@ def decode_examples(
                         "score": h.score, "norm_score": h.norm_score, "eos": h.eos}
                        for h in nbest[1:]]))
     return rows
-
-
-def write_predictions(rows: list[PredictionRow], path: Path) -> None:
-    """JSONL, keys sorted, floats as Python prints them: the same run gives the same bytes."""
-    write_jsonl(rows, path)
-
-
-def read_predictions(path: Path) -> list[PredictionRow]:
-    return read_jsonl(path, PredictionRow)

@@ -13,7 +13,7 @@ from typing import Any
 
 import sacrebleu
 
-from seqcore.decoding.predictions import PredictionRow
+from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats
 from seqcore.metrics.teacher import TeacherStats, nll_summary

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from seqcore.decoding.predictions import PredictionRow
+from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.scores import ratio
 from seqcore.text import SPECIAL_PIECES
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seqcore.artifacts.predictions import Predictions
 from seqcore.config import Config
-from seqcore.decoding.predictions import read_predictions
 from seqcore.metrics.evaluation import (
     EvalSpec, evaluate_predictions, prediction_metrics)
 from seqcore.metrics.failures import FailureRules
@@ -37,6 +37,6 @@ def recompute_metrics(predictions_path: str | Path, settings: Config,
         settings: the validated config (its ``evaluate`` section is used).
         illegal_symbol: the task's target alphabet check (seqcore.tasks), or None.
     """
-    rows = read_predictions(Path(predictions_path))
+    rows = Predictions.load(predictions_path).rows
     spec = eval_spec(settings, illegal_symbol)
     return null_undefined(prediction_metrics(evaluate_predictions(rows, spec)))

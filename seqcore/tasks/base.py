@@ -6,8 +6,9 @@ is fairseq's ``FairseqTask`` (a task supplies its data, model, criterion and inf
 without its registry magic: the registry is one dict in ``seqcore/tasks/__init__.py``.
 
 What only the pipeline may do (print the contract signature and stop on a mismatch, show
-progress, write JSON the pipeline's way) the stage lends the task as a :class:`StageIO`:
-seqcore never imports ``pipeline/``.
+progress, print a line) the stage lends the task as a :class:`StageIO`: seqcore never
+imports ``pipeline/``. The files between stages are read and written through their classes
+in :mod:`seqcore.artifacts`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from seqcore.artifacts.predictions import PredictionsHeader
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, DataConfig
 from seqcore.data.coverage import SplitCoverage
 from seqcore.errors import OneLineError
@@ -36,14 +39,13 @@ class TaskError(OneLineError, ValueError):
 class StageIO(Protocol):
     """What a stage lends its task (implemented in pipeline/task_io.py)."""
 
-    def contract(self, stored: str | None, where: str) -> str:
-        """Print this stage's contract signature; stop the stage if ``stored`` differs."""
+    def contract(self, stored: str | None, where: str,
+                 tokenizer: TokenizerContract | None = None) -> str:
+        """Print this stage's contract signature; stop the stage if ``stored`` differs.
+        ``tokenizer``: the tokenizer contract the task already read (else it is read here)."""
 
     def chunks(self, items: Sequence[T], batch_size: int, label: str) -> Iterable[Sequence[T]]:
         """``items`` in order, in chunks of whole batches, with progress on stderr."""
-
-    def write_json(self, path: str | Path, obj: Any) -> None:
-        """Strict, key-sorted JSON with stable bytes."""
 
     def note(self, text: str) -> None:
         """One line on stderr, prefixed with the stage."""
@@ -58,12 +60,14 @@ class Evaluated:
         signature: the contract signature of the evaluated model.
         header: the decode stage's predictions header.
         pred_path: the predictions file the header belongs to.
+        contract: the tokenizer contract (its hashes and parameters go to the record).
     """
 
     metrics: dict[str, Any]
     signature: str
-    header: dict[str, Any]
+    header: PredictionsHeader
     pred_path: Path
+    contract: TokenizerContract
 
 
 class Task(ABC):

@@ -9,12 +9,15 @@ scored: no split-size or coverage guard. There is nothing to decode.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from seqcore.artifacts.model_file import ModelFile
+from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.reports import Headline, Metrics, Results
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, DataConfig, as_dict
 from seqcore.data.coverage import SplitCoverage
 from seqcore.data.documents import Corpus, Document, read_corpus
@@ -22,7 +25,6 @@ from seqcore.data.records import BadRowError
 from seqcore.hashing import sha256_file
 from seqcore.metrics.nulls import null_undefined
 from seqcore.tasks.base import Evaluated, StageIO, Task, TaskError
-from seqcore.training.checkpoint import load_blob
 from seqcore.training.distributed import World
 from seqcore.training.setups import Setup, lm_setup
 
@@ -55,10 +57,10 @@ def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str
         the token count (characters plus one end-of-document token) is the denominator.
     """
     setup = lm_setup(cfg, docs)
-    blob = load_blob(Path(model_path))
-    setup.model.load_state_dict(blob["model"])
+    saved = ModelFile.load(model_path)
+    setup.model.load_state_dict(saved.weights)
     setup.model.eval()
-    return {"signature": blob["meta"]["signature"], **setup.report()}
+    return {"signature": saved.meta.signature, **setup.report()}
 
 
 def report_markdown(signature: str, lm: dict[str, Any]) -> str:
@@ -98,12 +100,11 @@ class LMTask(Task):
     def decode(self, cfg: Config, io: StageIO) -> None:
         """The (empty) predictions and a header naming the model and the reason."""
         out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("")
-        io.write_json(out.with_suffix(".header.json"), {
-            "task": "lm", "decode": as_dict(cfg.decode), "rows": 0,
-            "model_sha256": sha256_file(Path(cfg.paths.model)),
-            "note": "task lm: nothing to decode; evaluate reports perplexity"})
+        Predictions([]).save(out)
+        PredictionsHeader(as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), 0,
+                          task="lm",
+                          note="task lm: nothing to decode; evaluate reports perplexity"
+                          ).save(out)
         io.note("task lm: nothing to decode")
 
     def evaluate(self, cfg: Config, io: StageIO) -> Evaluated:
@@ -112,13 +113,14 @@ class LMTask(Task):
         sig = result["signature"]
         io.note(f"contract: {sig}")
         metrics = null_undefined(result["lm"])
-        io.write_json(cfg.paths.metrics, metrics)
-        io.write_json(cfg.paths.results, {"task": "lm", "signature": sig})
-        io.write_json(cfg.paths.headline, {"ppl": metrics["test_ppl_carried"]})
+        Metrics(metrics).save(cfg.paths.metrics)
+        Results({"task": "lm", "signature": sig}).save(cfg.paths.results)
+        Headline(metrics["test_ppl_carried"], error_rates=False).save(cfg.paths.headline)
         Path(cfg.paths.buckets).write_text("bucket,count\n")
         Path(cfg.evaluate.details_dir).mkdir(parents=True, exist_ok=True)
         Path(cfg.paths.report).write_text(report_markdown(sig, result["lm"]), encoding="utf-8")
         pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-        header = json.loads(pred_path.with_suffix(".header.json").read_text(encoding="utf-8"))
-        return Evaluated(metrics, sig, header, pred_path)
+        # The record ties the run to the tokenizer contract too (one pipeline graph).
+        tc = TokenizerContract.load(Path(cfg.paths.tokenizer) / "contract.json")
+        return Evaluated(metrics, sig, PredictionsHeader.load(pred_path), pred_path, tc)
 

@@ -7,19 +7,23 @@ tokens outside that alphabet (seqcore.g2p); a user's parallel data has no fixed 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from seqcore.artifacts.base import read_json
+from seqcore.artifacts.model_file import ModelFile, ModelMeta
+from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.reports import Headline, Metrics, Results
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, DataConfig, as_dict
 from seqcore.contract import SpecialIds
 from seqcore.data.coverage import SplitCoverage, coverage_problems
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
-from seqcore.decoding.predictions import decode_examples, read_predictions, write_predictions
+from seqcore.decoding.predictions import decode_examples
 from seqcore.determinism import resolve_device, set_determinism
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
@@ -34,16 +38,12 @@ from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.tasks.base import Evaluated, StageIO, Task, TaskError
 from seqcore.tokenizer import load_tokenizers
 from seqcore.training.distributed import World, checkpoint_folder_name
-from seqcore.training.model_file import load_model
 from seqcore.training.setups import Setup, seq2seq_setup
 
 
-def _read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def _tokenizer_contract(cfg: Config) -> dict[str, Any]:
-    return _read_json(Path(cfg.paths.tokenizer) / "contract.json")
+def contract_path(cfg: Config) -> Path:
+    """``tokenizer/contract.json``."""
+    return Path(cfg.paths.tokenizer) / "contract.json"
 
 
 class ParallelTask(Task):
@@ -75,19 +75,19 @@ class ParallelTask(Task):
                        world: World) -> Setup:
         enc = Path(cfg.paths.encoded)
         data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
-        tc = _tokenizer_contract(cfg)
-        sig = io.contract(tc.get("signature"), f"{cfg.paths.tokenizer}/contract.json")
+        tc = TokenizerContract.load(contract_path(cfg))
+        sig = io.contract(tc.signature, f"{cfg.paths.tokenizer}/contract.json", tc)
         return seq2seq_setup(cfg, tc, sig, data, device, world)
 
     # -- decode ----------------------------------------------------------------------------------
 
     def decode(self, cfg: Config, io: StageIO) -> None:
-        model, meta = load_model(Path(cfg.paths.model))
-        sig = io.contract(meta["signature"], cfg.paths.model)
-        trained = meta["training_contract"]
-        toks = load_tokenizers(Path(cfg.paths.tokenizer) / "contract.json", expected_sha256={
-            side: trained[f"tokenizer.{side}.sha256"] for side in ("src", "tgt")})
-        tc, ids, tgt_tok = toks.contract, toks.ids, toks.tgt
+        saved = ModelFile.load(cfg.paths.model)
+        model, meta = saved.build(), saved.meta
+        tc = TokenizerContract.load(contract_path(cfg))
+        sig = io.contract(meta.signature, cfg.paths.model, tc)
+        toks = load_tokenizers(contract_path(cfg), meta.tokenizer_sha256(), tc)
+        ids, tgt_tok = toks.ids, toks.tgt
         if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
             raise TaskError(
                 f"decode.max_len ({cfg.decode.max_len}) is longer than the model's position "
@@ -97,7 +97,7 @@ class ParallelTask(Task):
         device = resolve_device(cfg.decode.device)
         # The thread count the model was trained with (float sums depend on the split); read
         # from the model file, so decode declares no train param.
-        set_determinism(cfg.decode.seed, trained["train.threads"], device)
+        set_determinism(cfg.decode.seed, meta.threads, device)
         model.to(device)  # the model file loads on the CPU whatever device trained it
         examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
         decoder, bs = make_decoder(cfg.decode, ids), cfg.decode.batch_size
@@ -105,13 +105,11 @@ class ParallelTask(Task):
             rows = [row for chunk in io.chunks(examples, bs, "decode")
                     for row in decode_examples(model, list(chunk), decoder, ids, tgt_tok, bs)]
         out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-        write_predictions(rows, out)
-        io.write_json(out.with_suffix(".header.json"), {
-            "signature": sig, "decode": as_dict(cfg.decode), "model_sha256":
-            sha256_file(Path(cfg.paths.model)), "trained_on": {
-                k: trained.get(f"train.{k}") for k in ("device_kind", "nproc", "backend")},
-            "tokenizer_sha256": {"src": tc["src"]["sha256"], "tgt": tc["tgt"]["sha256"]},
-            "rows": len(rows), "environment": producing_environment().as_dict()})
+        Predictions(rows).save(out)
+        PredictionsHeader(
+            as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), len(rows), sig,
+            trained_on=meta.trained_on(), tokenizer_sha256=tc.sha256(),
+            environment=producing_environment().as_dict()).save(out)
         io.note(f"{len(rows)} {cfg.decode.split} examples -> {out}")
 
     # -- evaluate --------------------------------------------------------------------------------
@@ -119,36 +117,35 @@ class ParallelTask(Task):
     def evaluate(self, cfg: Config, io: StageIO) -> Evaluated:
         split = cfg.decode.split
         pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
-        header = _read_json(pred_path.with_suffix(".header.json"))
-        sig = io.contract(header["signature"], str(pred_path))
-        tc = _tokenizer_contract(cfg)
+        header = PredictionsHeader.load(pred_path)
+        tc = TokenizerContract.load(contract_path(cfg))  # read once: signature, ids, record
+        sig = io.contract(header.signature, str(pred_path), tc)
         set_determinism(cfg.train.seed, cfg.train.threads)
-        tf = teacher_forced(cfg, SpecialIds(**tc["special_ids"]), io)
-        result = evaluate_predictions(read_predictions(pred_path), self.eval_spec(cfg), tf[split])
-        coverage = _read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
-        _, meta = load_model(Path(cfg.paths.model))
-        metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc["tgt"]["sha256"][:12],
-                   "tokenizer_tgt_sha256": tc["tgt"]["sha256"],
-                   "model_sha256": header["model_sha256"],
+        tf = teacher_forced(cfg, tc.special_ids, io)
+        rows = Predictions.load(pred_path).rows
+        result = evaluate_predictions(rows, self.eval_spec(cfg), tf[split])
+        coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
+        meta = ModelFile.load(cfg.paths.model).meta
+        metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
+                   "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                    "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                    "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
                    **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
         metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
         self.write_outputs(cfg, metrics, result, header, io)
-        return Evaluated(metrics, sig, header, pred_path)
+        return Evaluated(metrics, sig, header, pred_path, tc)
 
     def write_outputs(self, cfg: Config, metrics: dict[str, Any], result: Evaluation,
-                      header: dict[str, Any], io: StageIO) -> None:
+                      header: PredictionsHeader, io: StageIO) -> None:
         """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs)
         and report.md."""
         details = Path(cfg.evaluate.details_dir)
         numbers, texts = split_results(metrics)
-        io.write_json(cfg.paths.metrics, numbers)
-        io.write_json(cfg.paths.results, texts)
+        Metrics(numbers).save(cfg.paths.metrics)
+        Results(texts).save(cfg.paths.results)
         split = metrics["split"]
-        io.write_json(cfg.paths.headline, {"wer": metrics["word_error_rate"],
-                                           "per": metrics["token_error_rate"],
-                                           "ppl": metrics[f"{split}_perplexity"]})
+        Headline(metrics[f"{split}_perplexity"], metrics["word_error_rate"],
+                 metrics["token_error_rate"]).save(cfg.paths.headline)
         write_csv(cfg.paths.buckets, result.buckets)
         write_csv(details / "failure_rates.csv", failure_rate_table(result))
         if result.groups:
@@ -161,15 +158,15 @@ class ParallelTask(Task):
                                                ("metrics by length bucket", "buckets.png"),
                                                ("failure-mode rates", "failure_rates.png"))}
         Path(cfg.paths.report).write_text(render_report(
-            metrics, result, header["decode"], self.eval_spec(cfg).rules.describe(), images,
-            training_summary(_read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
+            metrics, result, header.decode, self.eval_spec(cfg).rules.describe(), images,
+            training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
             encoding="utf-8")
 
 
 def teacher_forced(cfg: Config, ids: SpecialIds,
                    io: StageIO) -> dict[str, dict[str, TeacherStats]]:
     """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
-    model, _ = load_model(Path(cfg.paths.model))
+    model = ModelFile.load(cfg.paths.model).build()
     out: dict[str, dict[str, TeacherStats]] = {}
     for split in ("dev", "test"):
         examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
@@ -187,6 +184,6 @@ def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     return {k: v for k, v in values.items() if k not in texts}, texts
 
 
-def checkpoint_folder(cfg: Config, meta: dict[str, Any]) -> str:
+def checkpoint_folder(cfg: Config, meta: ModelMeta) -> str:
     """The checkpoint folder the model came from (train keys it by its training contract)."""
-    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta["training_contract"]))
+    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta.training_contract))

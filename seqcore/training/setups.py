@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 from seqcore import __version__
+from seqcore.artifacts.model_file import LMInfo, ModelFile, ModelInfo, ModelMeta
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, SequenceConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.documents import CharVocab, Document, split_documents
@@ -26,11 +28,9 @@ from seqcore.models import build_model
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
 from seqcore.signature import (
     SIGNATURE_FORMAT, config_contract, format_signature, training_contract)
-from seqcore.training.checkpoint import SCHEMA_VERSION, save_blob
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 from seqcore.training.lm import LMFeed, lm_nll
-from seqcore.training.model_file import ModelInfo, save_model
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Setup:
     contract: dict[str, Any]
     d_model: int
     signature: str
-    save: Callable[[Path, dict[str, Any]], str]
+    save: Callable[[Path, ModelMeta], str]
     report: Callable[[], dict[str, Any]]
 
 
@@ -63,7 +63,7 @@ def position_range(seq: SequenceConfig) -> int:
 
 
 def seq2seq_setup(
-    cfg: Config, tc: dict[str, Any], sig: str, data: tuple[list[Example], list[Example]],
+    cfg: Config, tc: TokenizerContract, sig: str, data: tuple[list[Example], list[Example]],
     device: torch.device = CPU, world: World = World(),
 ) -> Setup:
     """Encoder-decoder training on encoded pairs under the tokenizer contract ``tc``.
@@ -71,16 +71,16 @@ def seq2seq_setup(
     The model is built on the CPU (the same initial weights on every device) and moved to
     ``device``; the feed draws this rank's shard of the batches.
     """
-    ids = SpecialIds(**tc["special_ids"])
+    ids = tc.special_ids
     max_len = position_range(cfg.sequence)
-    info = ModelInfo(cfg.model, tc["src"]["vocab_size"], tc["tgt"]["vocab_size"], ids.pad, max_len)
+    info = ModelInfo(cfg.model, tc.src.vocab_size, tc.tgt.vocab_size, ids.pad, max_len)
     model = build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id,
                         info.max_len).to(device)
     d_model = cfg.model.transformer.d_model if cfg.model.family == "transformer" else \
         cfg.model.rnn.hidden
     return Setup(model, Seq2SeqFeed(data, ids, cfg.sequence, cfg.train, device, world),
                  training_contract(cfg, tc), d_model, sig,
-                 lambda path, meta: save_model(path, model, info, meta), dict)
+                 lambda path, meta: ModelFile(model.state_dict(), meta, info).save(path), dict)
 
 
 def lm_signature_fields(cfg: Config, docs: list[Document], vocab: CharVocab,
@@ -129,10 +129,8 @@ def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})
 
-    def save(path: Path, meta: dict[str, Any]) -> str:
-        return save_blob(Path(path), {"schema": SCHEMA_VERSION, "model": model.state_dict(),
-                                      "lm_shape": asdict(shape), "vocab": vocab.chars,
-                                      "meta": meta})
+    def save(path: Path, meta: ModelMeta) -> str:
+        return ModelFile(model.state_dict(), meta, lm=LMInfo(shape, vocab.chars)).save(path)
 
     def report() -> dict[str, Any]:
         out: dict[str, Any] = {}

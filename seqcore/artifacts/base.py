@@ -1,0 +1,52 @@
+"""What every artifact class shares: stable JSON bytes and the schema-version check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from seqcore.errors import OneLineError
+
+#: The version a file written before its format carried one is read as (its bytes are kept:
+#: adding the field would change every committed output).
+UNVERSIONED = 1
+
+
+class ArtifactError(OneLineError, ValueError):
+    """A file between stages that cannot be read as its artifact class: a schema version
+    this code does not read, or a field missing. The message is one line naming the file."""
+
+
+def check_version(path: str | Path, kind: str, found: Any, expected: int) -> None:
+    """Raise ArtifactError (one line naming ``path``) unless ``found == expected``."""
+    if found != expected:
+        raise ArtifactError(f"{path}: {kind} schema version {found!r}, this code reads version "
+                            f"{expected}; re-run the stage that writes it (dvc repro)")
+
+
+def json_text(obj: Any) -> str:
+    """Pretty, key-sorted, strict JSON with a trailing newline (stable bytes).
+
+    ``allow_nan=False``: a NaN or infinity raises here instead of writing a bare ``NaN`` that
+    most JSON readers reject; producers turn undefined values into ``null`` with a reason
+    first (seqcore.metrics.nulls, issue 13).
+    """
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write :func:`json_text` of ``obj``, creating the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json_text(obj), encoding="utf-8")
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def fields_error(path: str | Path, kind: str, err: Exception) -> ArtifactError:
+    """A missing or unexpected field, as one line naming the file."""
+    return ArtifactError(f"{path}: not a {kind} file this code reads ({type(err).__name__}: "
+                         f"{err}); re-run the stage that writes it (dvc repro)")

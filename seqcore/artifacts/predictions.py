@@ -1,0 +1,99 @@
+"""``predictions/<split>.jsonl`` (one :class:`PredictionRow` a line) and its header
+``predictions/<split>.header.json`` (:class:`PredictionsHeader`).
+
+Plain data only: the metrics read these rows without importing torch or the decoders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from seqcore.artifacts.base import UNVERSIONED, check_version, fields_error, read_json, write_json
+from seqcore.jsonl import read_jsonl, write_jsonl
+
+
+@dataclass(frozen=True)
+class PredictionRow:
+    """One line of predictions.jsonl: the best hypothesis and the rest of the n-best list."""
+
+    id: str
+    group: str
+    source: str
+    reference: str
+    hypothesis: str
+    tokens: list[int]
+    pieces: list[str]
+    score: float
+    norm_score: float
+    length: int
+    eos: bool
+    nbest: list[dict[str, object]]
+
+
+def header_path(predictions: str | Path) -> Path:
+    """``predictions/<split>.header.json`` of ``predictions/<split>.jsonl``."""
+    return Path(predictions).with_suffix(".header.json")
+
+
+@dataclass(frozen=True)
+class PredictionsHeader:
+    """What the decode stage records next to the predictions.
+
+    A decoded split has ``signature``, ``tokenizer_sha256``, ``trained_on`` and
+    ``environment``; ``task: lm`` decodes nothing and writes ``task`` and ``note`` instead.
+    Fields that are None are not written (each kind of header keeps its bytes).
+
+    Attributes:
+        decode: the decode section the predictions were made with (``as_dict(cfg.decode)``).
+        trained_on: where the model was trained (device_kind, nproc, backend; issue 16).
+    """
+
+    #: Headers carry no version field (bytes kept); a missing one reads as version 1.
+    SCHEMA_VERSION: ClassVar[int] = UNVERSIONED
+
+    decode: dict[str, Any]
+    model_sha256: str
+    rows: int
+    signature: str | None = None
+    trained_on: dict[str, Any] | None = None
+    tokenizer_sha256: dict[str, str] | None = None
+    environment: dict[str, str] | None = None
+    task: str | None = None
+    note: str | None = None
+
+    def save(self, predictions: str | Path) -> None:
+        """Write the header of the predictions file ``predictions``."""
+        write_json(header_path(predictions),
+                   {k: v for k, v in asdict(self).items() if v is not None})
+
+    @classmethod
+    def load(cls, predictions: str | Path) -> PredictionsHeader:
+        """Read the header of the predictions file ``predictions``."""
+        path = header_path(predictions)
+        data = read_json(path)
+        check_version(path, "predictions header", data.pop("schema_version", UNVERSIONED),
+                      cls.SCHEMA_VERSION)
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise fields_error(path, "predictions header", err) from None
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """The rows of one predictions file (the header versions them)."""
+
+    rows: list[PredictionRow] = field(default_factory=list)
+
+    def save(self, path: str | Path) -> None:
+        """JSONL, keys sorted, floats as Python prints them: the same run gives the same bytes."""
+        write_jsonl(self.rows, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Predictions:
+        try:
+            return cls(read_jsonl(Path(path), PredictionRow))
+        except TypeError as err:
+            raise fields_error(path, "predictions", err) from None

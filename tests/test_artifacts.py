@@ -1,0 +1,183 @@
+"""Typed artifacts (seqcore/artifacts): each file between stages is read and written by one
+class; what it writes it reads back equal, the bytes are the stages' stable JSON, and a schema
+version it does not read is refused in one line naming the file. (The import rule, metrics
+read predictions through the artifact and never import the decoders: tests/test_layers.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqcore.artifacts.base import ArtifactError
+from seqcore.artifacts.model_file import LMInfo, ModelFile, ModelInfo, ModelMeta
+from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
+from seqcore.artifacts.reports import Headline, Metrics, Results
+from seqcore.artifacts.run_record import RunRecord
+from seqcore.artifacts.tokenizer_contract import (
+    RoundTrip, SideContract, TextNormalization, TokenizerContract)
+from seqcore.config import ModelConfig, TransformerConfig
+from seqcore.contract import SpecialIds
+from seqcore.models.rnn_lm import RNNLMShape
+
+CONTRACT = TokenizerContract(
+    SpecialIds(pad=0, unk=1, bos=2, eos=3), ("<pad>", "<unk>", "<s>", "</s>"),
+    TextNormalization("nfkc", True), "d" * 64,
+    SideContract("src.model", "a" * 64, "char", 33, 40, 1.0),
+    SideContract("tgt.model", "b" * 64, "word", 40, 44, 1.0, auto_chosen="word: 40 symbols"),
+    {"src": RoundTrip(3, 0, {}, []), "tgt": RoundTrip(3, 1, {"other": 1},
+                                                      [{"where": "f:1", "text": "x"}])},
+    "task:g2p|fmt:1")
+
+META = ModelMeta("task:g2p|fmt:1", 6, "best_dev", 3, 3, 1.25,
+                 {"train.threads": 1, "tokenizer.src.sha256": "a" * 64,
+                  "tokenizer.tgt.sha256": "b" * 64}, {"python": "3.11"})
+
+ROW = PredictionRow("w1", "g", "cat", "K AE T", "K AE T", [5, 6, 7], ["K", "AE", "T"], -0.5,
+                    -0.2, 3, True, [{"hypothesis": "K AH T", "tokens": [5, 8, 7]}])
+
+
+def one_line_refusal(err: pytest.ExceptionInfo[ArtifactError], path: Path) -> None:
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_tokenizer_contract_reads_back_what_it_writes_in_the_stable_json_form(
+        tmp_path: Path) -> None:
+    path = tmp_path / "contract.json"
+    CONTRACT.save(path)
+    assert TokenizerContract.load(path) == CONTRACT
+    data = json.loads(path.read_text())
+    assert data["format"] == 2 and "casefold_target" not in data["normalization"]
+    assert "auto_chosen" not in data["src"] and data["tgt"]["auto_chosen"]
+    assert path.read_text() == json.dumps(data, indent=2, sort_keys=True,
+                                          ensure_ascii=False) + "\n"
+
+
+def test_tokenizer_contract_of_another_format_is_refused_in_one_line_naming_the_file(
+        tmp_path: Path) -> None:
+    path = tmp_path / "contract.json"
+    path.write_text(json.dumps(CONTRACT.as_json() | {"format": 3}))
+    with pytest.raises(ArtifactError, match="schema version 3") as err:
+        TokenizerContract.load(path)
+    one_line_refusal(err, path)
+
+
+def tiny_info() -> ModelInfo:
+    model = ModelConfig(transformer=TransformerConfig(d_model=8, n_heads=2, enc_layers=1,
+                                                      dec_layers=1, d_ff=16))
+    return ModelInfo(model, 12, 12, 0, 16)
+
+
+def test_model_file_reads_back_weights_build_info_and_meta(tmp_path: Path) -> None:
+    info = tiny_info()
+    weights = {k: torch.full_like(v, 0.5) for k, v in _fresh(info).state_dict().items()}
+    saved = ModelFile(weights, META, info)
+    sha = saved.save(tmp_path / "model.pt")
+    assert (tmp_path / "model.pt.sha256").read_text().strip() == sha
+    back = ModelFile.load(tmp_path / "model.pt")
+    assert (back.meta, back.info, back.lm) == (META, info, None)
+    assert all(torch.equal(back.weights[k], v) for k, v in weights.items())
+    assert all(torch.equal(p, torch.full_like(p, 0.5)) for p in back.build().parameters())
+    assert back.meta.tokenizer_sha256() == {"src": "a" * 64, "tgt": "b" * 64}
+
+
+def _fresh(info: ModelInfo) -> torch.nn.Module:
+    from seqcore.models import build_model  # noqa: PLC0415
+
+    return build_model(info.model, info.src_vocab, info.tgt_vocab, info.pad_id, info.max_len)
+
+
+def test_lm_model_file_reads_back_its_shape_and_vocabulary(tmp_path: Path) -> None:
+    lm = LMInfo(RNNLMShape("gru", 7, 4, 8, 1, 0.0, 0), ["a", "b", "c"])
+    ModelFile({"w": torch.ones(2)}, META, lm=lm).save(tmp_path / "lm.pt")
+    back = ModelFile.load(tmp_path / "lm.pt")
+    assert (back.lm, back.info, back.meta) == (lm, None, META)
+
+
+def test_model_file_of_another_schema_is_refused_in_one_line_naming_the_file(
+        tmp_path: Path) -> None:
+    from seqcore.training.checkpoint import save_blob  # noqa: PLC0415
+
+    path = tmp_path / "model.pt"
+    save_blob(path, {"schema": 1, "model": {}, "meta": {}})
+    with pytest.raises(ArtifactError, match="schema version 1") as err:
+        ModelFile.load(path)
+    one_line_refusal(err, path)
+
+
+def test_predictions_and_their_header_read_back_what_they_write(tmp_path: Path) -> None:
+    pred = tmp_path / "test.jsonl"
+    Predictions([ROW, ROW]).save(pred)
+    assert Predictions.load(pred).rows == [ROW, ROW]
+    header = PredictionsHeader({"strategy": "greedy"}, "c" * 64, 2, "task:g2p|fmt:1",
+                               {"device_kind": "cpu"}, {"src": "a", "tgt": "b"}, {"os": "x"})
+    header.save(pred)
+    assert PredictionsHeader.load(pred) == header
+    lm = PredictionsHeader({"strategy": "greedy"}, "c" * 64, 0, task="lm", note="nothing")
+    lm.save(pred)
+    assert set(json.loads(pred.with_suffix(".header.json").read_text())) == {
+        "decode", "model_sha256", "rows", "task", "note"}
+    assert PredictionsHeader.load(pred) == lm
+
+
+def test_predictions_header_of_another_version_is_refused_in_one_line_naming_the_file(
+        tmp_path: Path) -> None:
+    path = tmp_path / "test.header.json"
+    path.write_text(json.dumps({"schema_version": 2, "decode": {}, "model_sha256": "c",
+                                "rows": 0}))
+    with pytest.raises(ArtifactError, match="schema version 2") as err:
+        PredictionsHeader.load(tmp_path / "test.jsonl")
+    one_line_refusal(err, path)
+
+
+def test_reports_read_back_what_they_write(tmp_path: Path) -> None:
+    metrics = Metrics({"examples": 24, "test_sequences": 24, "exact_match": 0.25,
+                       "hypothesis_unk": {"rate": 0.0}})
+    metrics.save(tmp_path / "metrics.json")
+    assert Metrics.load(tmp_path / "metrics.json") == metrics
+    assert metrics.count("examples") == 24 and metrics.count("missing") is None
+    results = Results({"signature": "task:g2p|fmt:1", "checkpoints": "checkpoints/abc"})
+    results.save(tmp_path / "results.json")
+    back = Results.load(tmp_path / "results.json")
+    assert back == results and (back.signature, back.checkpoints) == (
+        "task:g2p|fmt:1", "checkpoints/abc")
+    for head, keys in ((Headline(3.5, 0.25, 0.125), ["per", "ppl", "wer"]),
+                       (Headline(3.5, error_rates=False), ["ppl"])):
+        head.save(tmp_path / "headline.json")
+        assert list(json.loads((tmp_path / "headline.json").read_text())) == keys
+        assert Headline.load(tmp_path / "headline.json") == head
+
+
+@pytest.mark.parametrize("cls", [Metrics, Results, Headline])
+def test_report_of_another_version_is_refused_in_one_line_naming_the_file(
+        cls: type, tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"schema_version": 9, "ppl": 1.0}))
+    with pytest.raises(ArtifactError, match="schema version 9") as err:
+        cls.load(path)
+    one_line_refusal(err, path)
+
+
+def record(images: dict[str, str] | None) -> RunRecord:
+    return RunRecord("sqlite:///x.db", "exp", "run", {"a.b": [1, 2]}, {"wer": 0.5},
+                     [("train.loss", 1, 2.5), ("train.loss", 2, 2.0)], {"t": "v"},
+                     {"params.yaml": "task: g2p\n"}, images)
+
+
+def test_run_records_read_back_what_they_write_and_keep_their_order(tmp_path: Path) -> None:
+    path = tmp_path / "pending.json"
+    records = [record({"plots/a.png": "AAAA"}), record(None)]
+    RunRecord.save_all(path, records)
+    assert RunRecord.load_all(path) == records
+    assert "images" not in json.loads(path.read_text())[1]
+
+
+def test_run_record_of_another_version_is_refused_in_one_line_naming_the_file(
+        tmp_path: Path) -> None:
+    path = tmp_path / "pending.json"
+    path.write_text(json.dumps([record(None).as_json() | {"schema_version": 2}]))
+    with pytest.raises(ArtifactError, match="schema version 2") as err:
+        RunRecord.load_all(path)
+    one_line_refusal(err, path)
