@@ -1,6 +1,6 @@
 """Matmul peak: GFLOP/s of torch's CPU matmul, fp32 and bf16, at 1024^3 and at the models' shapes.
 
-    python -m benchmarks.peak --threads 1 2 --json reports/bench/peak.json
+    python -m benchmarks.peak --threads 1 2 --json /tmp/peak.json
     python -m benchmarks.peak --quick            # 1024^3 only (what benchmarks.train needs)
 
 Each figure is the median over ``--repeats`` timed repeats, after ``--warmup`` seconds of the

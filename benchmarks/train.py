@@ -1,12 +1,13 @@
 """Training throughput with the real pipeline pieces: tokens/s, MFU, PAD share, memory, step parts.
 
-    python -m benchmarks.train --data-root /path/to/repo --peak-json reports/bench/peak.json
+    python -m benchmarks.train --data-root /path/to/repo --peak-json /tmp/peak.json
     python -m benchmarks.train --shape 3x3-256-1024 --family transformer --amp none bf16
     python -m benchmarks.train --loss-curve 200 --shape 3x3-256-1024 --threads 2
 
 Every configuration (family x amp x threads) runs in a fresh process, so its peak resident
 memory (``ru_maxrss``) is its own. Each builds what ``dvc repro`` builds: params.yaml's config
-(``--shape``, ``--amp``, ``--threads`` replace model.*, train.amp and train.threads),
+(``--shape``/``--rnn-shape``, ``--amp``, ``--threads`` replace model.transformer.* /
+model.rnn.*, train.amp and train.threads),
 ``seq2seq_setup`` (the model builder and the length-bucketed ``Seq2SeqFeed`` over the encoded
 training split), and the real ``TrainLoop``; it times ``--steps`` calls of
 ``TrainLoop.train_step`` after ``--warmup`` untimed ones (dev evaluation and checkpoints,
@@ -63,7 +64,7 @@ PARTS = ("data", "forward", "backward", "clip", "optimiser")
 
 # -- configuration -------------------------------------------------------------------------
 def parse_shape(text: str) -> tuple[int, int, int, int]:
-    """``3x3-256-1024`` -> (enc layers, dec layers, d_model or embed, d_ff or hidden)."""
+    """``3x3-256-1024`` -> (enc layers, dec layers, d_model or embed_dim, d_ff or hidden)."""
     m = re.fullmatch(r"(\d+)x(\d+)-(\d+)-(\d+)", text)
     if not m:
         raise argparse.ArgumentTypeError(f"--shape {text!r}: expected ENCxDEC-D-FF, "
@@ -72,19 +73,19 @@ def parse_shape(text: str) -> tuple[int, int, int, int]:
 
 
 def bench_config(params: str, spec: dict[str, Any]) -> Any:
-    """params.yaml's config with the spec's family, shape, amp and threads."""
+    """params.yaml's config with the spec's family, shapes, amp and threads."""
     from seqcore.config import load_config  # noqa: PLC0415
 
     cfg = load_config(params)
     model = dataclasses.replace(cfg.model, family=spec["family"])
     if spec["shape"]:
         enc, dec, d, ff = spec["shape"]
-        if spec["family"] == "transformer":
-            model = dataclasses.replace(model, transformer=dataclasses.replace(
-                model.transformer, enc_layers=enc, dec_layers=dec, d_model=d, d_ff=ff))
-        else:
-            model = dataclasses.replace(model, rnn=dataclasses.replace(
-                model.rnn, enc_layers=enc, dec_layers=dec, embed_dim=d, hidden=ff))
+        model = dataclasses.replace(model, transformer=dataclasses.replace(
+            model.transformer, enc_layers=enc, dec_layers=dec, d_model=d, d_ff=ff))
+    if spec["rnn_shape"]:
+        enc, dec, e, h = spec["rnn_shape"]
+        model = dataclasses.replace(model, rnn=dataclasses.replace(
+            model.rnn, enc_layers=enc, dec_layers=dec, embed_dim=e, hidden=h))
     train = dataclasses.replace(cfg.train, amp=spec["amp"], threads=spec["threads"],
                                 max_steps=max(cfg.train.max_steps, spec["steps"] + 1))
     return dataclasses.replace(cfg, model=model, train=train)
@@ -322,8 +323,11 @@ def main() -> None:
     parser.add_argument("--family", nargs="+", default=["transformer", "gru"],
                         choices=["transformer", "gru", "lstm"])
     parser.add_argument("--shape", type=parse_shape, default=None,
-                        help="ENCxDEC-D-FF (transformer: d_model, d_ff; gru/lstm: embed_dim, "
-                        "hidden); default: params.yaml's model")
+                        help="transformer ENCxDEC-D_MODEL-D_FF, e.g. 3x3-256-1024 (n_heads "
+                        "from params.yaml); default: params.yaml's model.transformer")
+    parser.add_argument("--rnn-shape", type=parse_shape, default=None,
+                        help="gru/lstm ENCxDEC-EMBED-HIDDEN, e.g. 1x1-128-256; default: "
+                        "params.yaml's model.rnn")
     parser.add_argument("--amp", nargs="+", default=["none", "bf16"], choices=["none", "bf16"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
@@ -341,6 +345,7 @@ def main() -> None:
         return
     peaks = load_peaks(args.peak_json)
     base = {"params": args.params, "data_root": args.data_root, "shape": args.shape,
+            "rnn_shape": args.rnn_shape,
             "steps": args.steps, "warmup": args.warmup, "loss_curve": 0}
     print(f"torch {torch.__version__}; params {args.params}; data {args.data_root}; "
           f"{args.steps} timed steps after {args.warmup}; peak from "
