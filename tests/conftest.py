@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from seqcore.contract import SpecialIds
+from tests.factories import IDS, REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 #: Parameters small enough for the end-to-end `dvc repro` test (a few hundred pairs).
 TINY_PARAMS = {
@@ -35,7 +35,7 @@ def _deterministic() -> None:
 
 @pytest.fixture
 def ids() -> SpecialIds:
-    return SpecialIds(pad=0, unk=1, bos=2, eos=3)
+    return IDS
 
 
 def merge(base: dict, override: dict) -> dict:

@@ -12,8 +12,8 @@ import pytest
 
 from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
 from seqcore.config_ranges import RANGES, in_range
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_repository_params_load() -> None:

@@ -15,7 +15,8 @@ import yaml
 
 from seqcore.data.examples import read_examples
 from seqcore.tokenizer import TokenizerMismatch, load_tokenizers
-from tests.conftest import REPO, merge
+from tests.conftest import merge
+from tests.factories import REPO
 from tests.data_samples import BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED
 
 USER_PARAMS = {

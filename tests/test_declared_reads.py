@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, TINY_PARAMS, copy_repo, merge
+from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.factories import REPO
 
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 CODE_ROOTS = ("pipeline", "seqcore")

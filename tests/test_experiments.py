@@ -22,7 +22,8 @@ from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.failures import FailureRules, failure_modes
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, training_summary
-from tests.conftest import REPO, TINY_PARAMS, copy_repo
+from tests.conftest import TINY_PARAMS, copy_repo
+from tests.factories import REPO
 from tests.test_evaluation import make_rows
 from tests.test_pipeline_e2e import dvc
 

@@ -8,23 +8,18 @@ import pytest
 import torch
 
 from seqcore.config import ConfigError, config_from_dict
-from seqcore.contract import IGNORE_INDEX, SpecialIds
+from seqcore.contract import IGNORE_INDEX
 from seqcore.data.batching import Segment, StreamBatcher
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
-from seqcore.models.rnn_lm import RNNLM, RNNLMShape, reset_state
+from seqcore.models.rnn_lm import reset_state
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed, lm_nll, segment_loss
 from seqcore.training.loop import TrainLoop
 from seqcore.training.setups import lm_setup
+from tests.factories import IDS, tiny_lm
 
-IDS = SpecialIds(0, 1, 2, 3)
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
-
-
-def model(cell: str = "gru") -> RNNLM:
-    torch.manual_seed(0)
-    return RNNLM(RNNLMShape(cell, 12, 6, 8, 1, 0.0, 0))  # type: ignore[arg-type]
 
 
 # -- documents -----------------------------------------------------------------------------------
@@ -104,7 +99,7 @@ def test_cycling_streams_deal_every_document_each_epoch_and_resume_from_state() 
 
 
 def test_gradient_stops_at_the_segment_boundary_while_the_value_carries_over() -> None:
-    m = model("lstm")
+    m = tiny_lm("lstm", embed_dim=6)
     feed = LMFeed(([[4, 5, 4, 5, 6, 7, 6, 7]], []), IDS, "token-mean", 0.0, 1, 4, 0)
     first, second = feed.draw(), feed.draw()  # BOS 4 5 4 | 5 6 7 6
     feed.loss(m, first, 0.0, torch.Generator())
@@ -129,7 +124,7 @@ def test_reset_zeroes_only_the_slots_that_start_a_new_document() -> None:
 
 
 def test_a_new_document_in_a_slot_starts_from_the_zero_state() -> None:
-    m = model()
+    m = tiny_lm(embed_dim=6)
     seg = Segment(torch.tensor([[2, 4, 5]]), torch.tensor([[4, 5, 3]]), torch.tensor([True]))
     stale = (torch.randn(1, 1, 8),)
     from_stale, _ = segment_loss(m, seg, stale, "sum", 0.0, ())
@@ -138,7 +133,7 @@ def test_a_new_document_in_a_slot_starts_from_the_zero_state() -> None:
 
 
 def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -> None:
-    m = model()
+    m = tiny_lm(embed_dim=6)
     docs = [[4, 5, 6] * 4, [7, 8] * 3]
     carried = lm_nll(m, docs, IDS, 2, 3, carry=True)
     reset = lm_nll(m, docs, IDS, 2, 3, carry=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from tests.factories import REPO
 
 PARAMS = {
     "task": "lm",

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from seqcore.config import ConfigError, config_from_dict, experiment_name
-from seqcore.contract import SpecialIds
 from seqcore.data.coverage import SplitCoverage, UnkStats, coverage_problems
 from seqcore.data.examples import Example, encode_pairs
 from seqcore.data.inputs import check_source
@@ -24,9 +23,9 @@ from seqcore.metrics.scores import error_stats
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tokenizer import (
     UNK_PIECE, TextContract, Tokenizer, TokenizerSettings, choose_settings, train_sentencepiece)
+from tests.factories import IDS
 from tests.test_data_stages import run_stage
 
-IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)
 WORDS = ["cat", "act", "tact", "at", "cab", "bat", "tab", "abc"]
 
 

@@ -35,8 +35,8 @@ from seqcore.config import Config, as_dict, flatten, load_config
 from seqcore.metrics.recompute import eval_spec
 from seqcore.training.checkpoint import load_blob
 from tests.conftest import merge
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 
 

@@ -12,8 +12,8 @@ from pipeline.stage import signature
 from seqcore.config import Config, load_config
 from seqcore.signature import (
     PENDING, contract_signature, derived_params, parse_signature, signature_diff)
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 #: A hand-written tokenizer contract (what pipeline/tokenizer.py writes).
 CONTRACT = {

@@ -30,11 +30,11 @@ from pipeline.audit import read_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.factories import REPO
 from tests.servers import (
     MLFLOW_SERVER, S3_KEY_ID, S3_SECRET, S3Store, free_port, mlflow_server, postgres_server,
     s3_server)
 
-REPO = Path(__file__).resolve().parents[1]
 DVC_BUCKET, MLFLOW_BUCKET = "seqcore-dvc", "seqcore-mlflow"
 ARTIFACTS = f"s3://{MLFLOW_BUCKET}/artifacts"
 EXPERIMENT = "seqcore-g2p"

@@ -18,8 +18,8 @@ import pytest
 
 from pipeline.tracking import (
     MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, param_items, tracking_uri)
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
