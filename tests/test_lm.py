@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from seqcore.contract import IGNORE_INDEX
 from seqcore.data.batching import Segment, StreamBatcher
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
-from seqcore.models.rnn_lm import reset_state
+from seqcore.models.rnn_lm import RNNLM, RNNLMShape, reset_state
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed, lm_nll, segment_loss
 from seqcore.training.loop import TrainLoop
@@ -146,6 +147,41 @@ def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -
 # -- the lm task end to end in the library -----------------------------------------------------
 
 
+def document_nll(model: torch.nn.Module, doc: list[int], window: int | None) -> float:
+    """Summed NLL of ``BOS doc EOS`` read in windows of ``window`` positions (None: whole),
+    each window from the zero state."""
+    seq = [IDS.bos, *doc, IDS.eos]
+    inputs, labels = torch.tensor(seq[:-1]), torch.tensor(seq[1:])
+    width = window or len(inputs)
+    was_training, total = model.training, 0.0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(inputs), width):
+            logits, _ = model(inputs[None, start:start + width], model.initial_state(1))
+            total += float(torch.nn.functional.cross_entropy(
+                logits[0], labels[start:start + width], reduction="sum"))
+    model.train(was_training)
+    return total
+
+
+def model_file_perplexities(path: Path, docs: list[Document], dev: float, test: float,
+                            bptt: int) -> dict[str, float]:
+    """The lm report's perplexities recomputed by hand from a saved model file: exp(summed
+    NLL / tokens) over the held-out tails of ``docs``, carried or reset every segment."""
+    blob = torch.load(path, weights_only=True)
+    model = RNNLM(RNNLMShape(**blob["lm_shape"]))
+    model.load_state_dict(blob["model"])
+    vocab = CharVocab(blob["vocab"], IDS)
+    out = {}
+    for name, split in zip(("dev", "test"), split_documents(docs, dev, test)[1:], strict=True):
+        encoded = [vocab.encode(d.text) for d in split]
+        tokens = sum(len(d) + 1 for d in encoded)
+        for key, window in (("carried", None), ("reset_every_segment", bptt)):
+            nll = sum(document_nll(model, d, window) for d in encoded)
+            out[f"{name}_ppl_{key}"] = math.exp(nll / tokens)
+    return out
+
+
 def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path) -> None:
     cfg = config_from_dict({
         "task": "lm", "data": {"dev_fraction": 0.2, "test_fraction": 0.2},
@@ -159,7 +195,20 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
     state = trainer.run(lambda row: None)
     assert state.step == 3 and state.best_step == 3
     report = setup.report()["lm"]
-    assert report["dev_ppl_carried"] > 1 and report["test_ppl_reset_every_segment"] > 1
+    # Recomputed by hand from the model: each held-out document read as BOS text EOS, whole
+    # (carried state) or in windows of bptt_len that each start from the zero state (reset).
+    parts = split_documents(docs, 0.2, 0.2)
+    vocab = CharVocab.build(parts[0], IDS)
+    for name, split in (("dev", parts[1]), ("test", parts[2])):
+        encoded = [vocab.encode(d.text) for d in split]
+        tokens = sum(len(d) + 1 for d in encoded)
+        assert report[f"{name}_tokens"] == tokens
+        carried = sum(document_nll(setup.model, d, None) for d in encoded)
+        reset = sum(document_nll(setup.model, d, 5) for d in encoded)
+        assert report[f"{name}_ppl_carried"] == pytest.approx(math.exp(carried / tokens), rel=1e-5)
+        assert report[f"{name}_ppl_reset_every_segment"] == pytest.approx(
+            math.exp(reset / tokens), rel=1e-5)
+        assert carried != pytest.approx(reset)  # the windows cut these documents
     assert setup.contract["task"] == "lm" and "bptt:5" in setup.signature
     with pytest.raises(ValueError, match="number of parallel streams"):
         lm_setup(cfg, docs[:1])
