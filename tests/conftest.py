@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +65,20 @@ def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=dest, check=True)
+    return dest
+
+
+def copy_result(src: Path, dest: Path) -> Path:
+    """A working copy at ``dest`` of a repository after `dvc repro` (a shared result that a
+    test changes): its files, git, DVC cache and an MLflow store whose artifact locations
+    point into the copy, not into ``src``."""
+    shutil.copytree(src, dest, symlinks=True)
+    if (dest / "mlflow.db").exists():
+        with contextlib.closing(sqlite3.connect(dest / "mlflow.db")) as db, db:
+            db.execute("UPDATE experiments SET artifact_location = "
+                       "replace(artifact_location, ?, ?)", (str(src), str(dest)))
+            db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)",
+                       (str(src), str(dest)))
     return dest
 
 

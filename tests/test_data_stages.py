@@ -19,6 +19,8 @@ from tests.conftest import merge
 from tests.factories import REPO
 from tests.data_samples import BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED
 
+pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
+
 USER_PARAMS = {
     "task": "parallel",
     "paths": {"raw": "data/raw/user.tsv"},

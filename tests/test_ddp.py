@@ -113,6 +113,7 @@ def _rank_worker(rank: int, init: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: Path) -> None:
     import torch.multiprocessing as mp  # noqa: PLC0415
 
@@ -194,6 +195,7 @@ def two_rank_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_repro_with_two_processes_completes_and_passes_the_audit(two_rank_repo: Path) -> None:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -219,6 +221,7 @@ def kill_stage_after_checkpoint(repo: Path, step: int) -> None:
     proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_killed_two_process_stage_resumes_on_repro_to_the_uninterrupted_bytes(
         two_rank_repo: Path, tmp_path: Path) -> None:
@@ -237,6 +240,7 @@ def test_killed_two_process_stage_resumes_on_repro_to_the_uninterrupted_bytes(
     assert log_rows(crashed) == log_rows(two_rank_repo)
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_resume_with_another_world_size_is_refused_in_one_line(two_rank_repo: Path) -> None:
     params = yaml.safe_load((two_rank_repo / "params.yaml").read_text())

@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import copy_repo
 from tests.test_pipeline_e2e import dvc
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 LM_PARAMS = {
     "task": "lm",

@@ -15,6 +15,8 @@ from seqcore.data.documents import cmudict_documents
 from tests.factories import REPO
 from tests.test_lm import model_file_perplexities
 
+pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
+
 PARAMS = {
     "task": "lm",
     "data": {"dev_fraction": 0.2, "test_fraction": 0.2},

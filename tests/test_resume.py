@@ -80,6 +80,7 @@ def baseline(runs: dict, task: str, accum: int) -> Path:
     return work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(KILLS))
 def test_resume_after_sigkill_gives_identical_weights_and_losses(runs: dict, name: str) -> None:
     task, accum, _, _ = KILLS[name]
@@ -92,6 +93,7 @@ def test_resume_after_sigkill_gives_identical_weights_and_losses(runs: dict, nam
     assert got["weights"] == base["weights"]
 
 
+@pytest.mark.slow
 def test_truncated_latest_checkpoint_is_reported_and_the_previous_one_used(
     tmp_path: Path, runs: dict, capsys: pytest.CaptureFixture,
 ) -> None:
@@ -110,6 +112,7 @@ def test_truncated_latest_checkpoint_is_reported_and_the_previous_one_used(
     assert result(work) == result(base)
 
 
+@pytest.mark.slow
 def test_checkpoint_from_another_contract_is_refused_with_a_diff(
     tmp_path: Path, runs: dict,
 ) -> None:

@@ -98,6 +98,7 @@ def test_env_tracking_uri_overrides_params_and_relative_sqlite_becomes_absolute(
     assert tracking_uri("sqlite:///mlflow.db") == "http://team:5000"
 
 
+@pytest.mark.slow
 def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
         tmp_path: Path, empty_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
@@ -119,6 +120,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     assert_run_matches(client, run.info.run_id, record | {"uri": store}, tmp_path)
 
 
+@pytest.mark.slow
 def test_run_logged_to_an_mlflow_server_reads_back_over_http(
         tmp_path: Path, empty_store: Path) -> None:
     port = free_port()
