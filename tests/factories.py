@@ -50,7 +50,8 @@ def tiny_lm(cell: str = "gru", vocab: int = 12, embed_dim: int = 8, hidden: int 
             layers: int = 1, dropout: float = 0.0, pad: int = IDS.pad, seed: int = 0) -> RNNLM:
     """A tiny seeded random-init RNN language model in eval mode."""
     torch.manual_seed(seed)
-    shape = RNNLMShape(cell, vocab, embed_dim, hidden, layers, dropout, pad)  # type: ignore[arg-type]
+    shape = RNNLMShape(cell, vocab, embed_dim, hidden, layers,  # type: ignore[arg-type]
+                       dropout, pad)
     return RNNLM(shape).eval()
 
 

@@ -1,9 +1,10 @@
 """Resume after SIGKILL gives bit-identical weights and per-step losses.
 
-Each run is a child process of tests/programs/resume_worker.py on tiny synthetic data: a baseline runs
-uninterrupted; a killed run SIGKILLs itself at a chosen point (after step k, or between the
-micro-batches of step k) and a second process resumes from the checkpoint folder. The final
-state-dict hash and the per-step loss log (the checkpointed history) must be identical.
+Each run is a child process of tests/programs/resume_worker.py on tiny synthetic data: a
+baseline runs uninterrupted; a killed run SIGKILLs itself at a chosen point (after step k, or
+between the micro-batches of step k) and a second process resumes from the checkpoint
+folder. The final state-dict hash and the per-step loss log (the checkpointed history) must be
+identical.
 """
 
 from __future__ import annotations
