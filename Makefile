@@ -1,6 +1,7 @@
 # Two commands do all the set-up (see README "Quick start"):
 #   make repro   - venv + locked deps + `dvc repro` on the default params
 #   make test    - venv + locked deps + the whole test suite
+#   make test-fast - the tests not marked slow (docs/testing.md)
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ TORCH_LOCK := locks/torch-$(TORCH).txt
 # DVC stages run `python -m pipeline.<stage>`: put the venv first on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro test audit mutate install clean-venv
+.PHONY: repro test test-fast audit mutate install clean-venv
 
 install: $(STAMP)
 
@@ -28,6 +29,11 @@ repro: $(STAMP)
 
 test: $(STAMP)
 	python -m pytest -q
+
+# The inner loop: every test not marked slow (no dvc repro, servers or subprocess training;
+# docs/testing.md). `make test` (CI) still runs everything.
+test-fast: $(STAMP)
+	python -m pytest -q -m "not slow"
 
 # Check the current result end to end (see README "Audit and experiments").
 audit: $(STAMP)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,8 @@ import torch
 import yaml
 
 from seqcore.contract import SpecialIds
+from tests.factories import IDS, REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 #: Parameters small enough for the end-to-end `dvc repro` test (a few hundred pairs).
 TINY_PARAMS = {
@@ -35,7 +37,7 @@ def _deterministic() -> None:
 
 @pytest.fixture
 def ids() -> SpecialIds:
-    return SpecialIds(pad=0, unk=1, bos=2, eos=3)
+    return IDS
 
 
 def merge(base: dict, override: dict) -> dict:
@@ -63,6 +65,20 @@ def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=dest, check=True)
+    return dest
+
+
+def copy_result(src: Path, dest: Path) -> Path:
+    """A working copy at ``dest`` of a repository after `dvc repro` (a shared result that a
+    test changes): its files, git, DVC cache and an MLflow store whose artifact locations
+    point into the copy, not into ``src``."""
+    shutil.copytree(src, dest, symlinks=True)
+    if (dest / "mlflow.db").exists():
+        with contextlib.closing(sqlite3.connect(dest / "mlflow.db")) as db, db:
+            db.execute("UPDATE experiments SET artifact_location = "
+                       "replace(artifact_location, ?, ?)", (str(src), str(dest)))
+            db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)",
+                       (str(src), str(dest)))
     return dest
 
 

@@ -125,6 +125,7 @@ TAMPERING = {
 }
 
 
+@pytest.mark.slow
 def test_untampered_result_passes_every_check(result: tuple[Path, str], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
@@ -134,6 +135,7 @@ def test_untampered_result_passes_every_check(result: tuple[Path, str], tmp_path
     assert set(report.status.values()) <= {"ok", "WARNING"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(TAMPERING))
 def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,6 +150,7 @@ def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: 
         assert "decode.beam_size" in report.render()
 
 
+@pytest.mark.slow
 def test_every_stage_prints_the_contract_signature(result: tuple[Path, str]) -> None:
     repo, output = result
     final = json.loads((repo / "reports/results.json").read_text())["signature"]
@@ -157,6 +160,7 @@ def test_every_stage_prints_the_contract_signature(result: tuple[Path, str]) -> 
         assert f"[{stage}] contract: task:g2p|data:" in output
 
 
+@pytest.mark.slow
 def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
         result: tuple[Path, str], tmp_path: Path) -> None:
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
@@ -171,6 +175,7 @@ def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
     assert "maxtgt: '31' != '32'" in res.stderr
 
 
+@pytest.mark.slow
 def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
                                                    tmp_path: Path) -> None:
     repo = result[0]
@@ -204,6 +209,7 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
     assert {"params.yaml", "dvc.lock", "contract", "reports"} <= top
 
 
+@pytest.mark.slow
 def test_directory_md5_is_the_one_dvc_records(result: tuple[Path, str]) -> None:
     repo = result[0]
     lock = (repo / "dvc.lock").read_text()
@@ -219,6 +225,7 @@ def test_a_local_build_tag_satisfies_the_lock_but_another_version_does_not() -> 
         "missing: requirements.lock has 1.0, not installed"]
 
 
+@pytest.mark.slow
 def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
         result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)

@@ -178,6 +178,7 @@ def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, **options: bool) -> A
     return report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(FORGERIES))
 def test_the_audit_redoes_what_a_consistent_forger_edits(
         kind: str, audit_result: tuple[Path, str], tmp_path: Path,
@@ -195,6 +196,7 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
             in report.render()
 
 
+@pytest.mark.slow
 def test_a_different_environment_warns_and_fails_under_strict_env(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
@@ -210,6 +212,7 @@ def test_a_different_environment_warns_and_fails_under_strict_env(
     assert strict.failed() == ["environment"]
 
 
+@pytest.mark.slow
 def test_a_check_that_cannot_run_is_not_run_and_fails(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
@@ -221,6 +224,7 @@ def test_a_check_that_cannot_run_is_not_run_and_fails(
     assert "NOT RUN  decode redone" in report.render()
 
 
+@pytest.mark.slow
 def test_rebuild_reproduces_every_locked_out(audit_result: tuple[Path, str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     repo = audit_result[0]

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.conftest import merge
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
 
 

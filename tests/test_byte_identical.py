@@ -17,7 +17,8 @@ import pytest
 from pipeline.tracking import git_state
 from seqcore.config import load_config
 from seqcore.training.checkpoint import CheckpointDir
-from tests.conftest import REPO, TINY_PARAMS, copy_repo, merge
+from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.factories import REPO
 
 PARAMS = merge(TINY_PARAMS, {"train": {"max_steps": 12, "checkpoint_every": 4,
                                        "eval_every": 4, "keep_last": 2, "threads": 1}})
@@ -77,6 +78,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+@pytest.mark.slow
 def test_training_killed_during_a_checkpoint_write_resumes_to_identical_bytes(
         prepared: Path, tmp_path: Path) -> None:
     straight = shutil.copytree(prepared, tmp_path / "straight", symlinks=True)
@@ -105,6 +107,7 @@ def test_leftover_temporary_checkpoint_files_are_removed_and_nothing_else(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
 
 
+@pytest.mark.slow
 def test_git_dirty_ignores_what_the_pipeline_writes_and_sees_code_and_params(
         prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = shutil.copytree(prepared, tmp_path / "git", symlinks=True)

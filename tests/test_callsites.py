@@ -25,43 +25,26 @@ from seqcore.decoding.sampling import SamplingSettings, sample
 from seqcore.decoding.search import Masking
 from seqcore.losses import LossNorm
 from seqcore.metrics.teacher import teacher_forced_stats
-from seqcore.models.rnn import RNNSeq2Seq, RNNShape
-from seqcore.models.rnn_lm import RNNLM, RNNLMShape
-from seqcore.models.transformer import Transformer, TransformerShape
+from seqcore.models.transformer import Transformer
 from seqcore.sequences import Batch, make_batch
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
 from seqcore.training.loop import StepLog, TrainLoop
+from tests.factories import IDS, examples, tiny_lm, tiny_model
 
-IDS = SpecialIds(0, 1, 2, 3)
 #: Special ids at the top of the vocabulary: a call site that hard-codes 0..3 gets them wrong.
 HIGH_IDS = SpecialIds(pad=8, unk=9, bos=10, eos=11)
 V = 12
-
-
-def examples(n: int, seed: int = 0, low: int = 4) -> list[Example]:
-    """Ordinary tokens low..low+6 (4..10 with IDS, 0..6 with HIGH_IDS)."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        src = torch.randint(low, low + 6, (int(torch.randint(1, 7, (1,), generator=g)),),
-                            generator=g).tolist()
-        out.append(Example(str(i), str(i), "", "", src, [t + 1 for t in src[::-1]], True))
-    return out
-
-
-def tiny_model(dropout: float = 0.0, pad: int = IDS.pad) -> Transformer:
-    torch.manual_seed(0)
-    return Transformer(TransformerShape(V, V, 16, 2, 1, 1, 32, dropout, True, "sinusoidal",
-                                        True, 16, pad))
+#: One layer each way and 16 positions: the smallest Transformer these rules need.
+SMALL = {"enc_layers": 1, "dec_layers": 1, "max_len": 16}
 
 
 def trainer(tmp_path: Path, data: list[Example], seq: SequenceConfig, dev: list[Example] = (),
             model: nn.Module | None = None, ids: SpecialIds = IDS, **train: object) -> TrainLoop:
     cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, "clip_norm": 0.0, **train})
-    return TrainLoop(model or tiny_model(pad=ids.pad), cfg,
+    return TrainLoop(model or tiny_model(pad=ids.pad, **SMALL).train(), cfg,
                      Seq2SeqFeed((data, list(dev)), ids, seq, cfg),
                      CheckpointDir(tmp_path / "ck", 2), {}, 16)
 
@@ -117,7 +100,8 @@ def hand_loss(model: nn.Module, batches: list[Batch], eps: float, norm: LossNorm
 def test_loop_minimises_the_smoothed_loss_without_pad_or_bos_mass_over_the_whole_step(
     tmp_path: Path, norm: LossNorm, ids: SpecialIds,
 ) -> None:
-    data = examples(8, seed=7, low=4 if ids == IDS else 0)
+    low = 4 if ids == IDS else 0
+    data = examples(8, seed=7, low=low, high=low + 6)
     tr = trainer(tmp_path, data, SequenceConfig(loss_norm=norm, label_smoothing=0.2),
                  ids=ids, accum_steps=2)
     reference = copy.deepcopy(tr.model)
@@ -132,8 +116,7 @@ def test_loop_minimises_the_smoothed_loss_without_pad_or_bos_mass_over_the_whole
 
 
 def test_lm_feed_minimises_the_smoothed_loss_without_pad_or_bos_mass() -> None:
-    torch.manual_seed(0)
-    model = RNNLM(RNNLMShape("gru", 10, 8, 8, 1, 0.0, IDS.pad))
+    model = tiny_lm("gru", vocab=10)
     docs = [[4, 5, 6, 7, 8, 9] * 3, [9, 8, 7, 6, 5, 4] * 2]
     feed = LMFeed((docs, docs), IDS, "token-mean", 0.2, 2, 4, 0)
     seg = feed.draw()
@@ -144,7 +127,7 @@ def test_lm_feed_minimises_the_smoothed_loss_without_pad_or_bos_mass() -> None:
 
 
 def test_clip_comes_after_unscale_with_an_enabled_grad_scaler(tmp_path: Path) -> None:
-    data = examples(8, seed=7)
+    data = examples(8, seed=7, high=10)
     tr = trainer(tmp_path, data, SequenceConfig(label_smoothing=0.0), clip_norm=0.01)
     tr.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)  # fp16's scaler, enabled
     assert tr.scaler.is_enabled()
@@ -183,8 +166,9 @@ def eval_nll(model: nn.Module, data: list[Example]) -> float:
 
 
 def test_dev_nll_of_the_training_loop_runs_with_dropout_off(tmp_path: Path) -> None:
-    dev = examples(5, seed=3)
-    tr = trainer(tmp_path, examples(8), SequenceConfig(), dev=dev, model=tiny_model(0.5),
+    dev = examples(5, seed=3, high=10)
+    tr = trainer(tmp_path, examples(8, high=10), SequenceConfig(), dev=dev,
+                 model=tiny_model(dropout=0.5, **SMALL).train(),
                  max_steps=1, eval_every=1, checkpoint_every=1)
     rows: list[StepLog] = []
     seen = dropout_modes(tr.model)
@@ -197,7 +181,7 @@ def test_dev_nll_of_the_training_loop_runs_with_dropout_off(tmp_path: Path) -> N
 
 
 def test_evaluation_statistics_run_with_dropout_off() -> None:
-    model, data = tiny_model(0.5).train(), examples(6, seed=4)
+    model, data = tiny_model(dropout=0.5, **SMALL).train(), examples(6, seed=4, high=10)
     seen = dropout_modes(model)
     stats = teacher_forced_stats(model, data, IDS, 4)
     assert seen and not any(seen)
@@ -206,8 +190,7 @@ def test_evaluation_statistics_run_with_dropout_off() -> None:
 
 
 def test_lm_dev_nll_runs_with_dropout_off() -> None:
-    torch.manual_seed(0)
-    model = RNNLM(RNNLMShape("gru", 10, 8, 8, 2, 0.5, IDS.pad)).train()
+    model = tiny_lm("gru", vocab=10, layers=2, dropout=0.5).train()
     docs = [[4, 5, 6, 7, 8, 9] * 3, [9, 8, 7, 6, 5, 4] * 2]
     feed = LMFeed((docs, docs), IDS, "token-mean", 0.0, 2, 4, 0)
     seen = dropout_modes(model)
@@ -221,8 +204,7 @@ def test_lm_dev_nll_runs_with_dropout_off() -> None:
 def test_rnn_encoder_gives_an_empty_source_no_state(cell: str) -> None:
     # Packing needs length >= 1, so an empty source runs one PAD step inside the encoder;
     # the rule (PAD holds no state) must still hold where the decoder reads the states.
-    torch.manual_seed(0)
-    model = RNNSeq2Seq(RNNShape(cell, V, V, 8, 8, 1, 1, 0.0, "general", IDS.pad)).eval()
+    model = tiny_model(cell, embed_dim=8, hidden=8, enc_layers=1, dec_layers=1)
     src, mask = pad_batch([[], [4, 5, 6]], IDS.pad)
     memory = model.encode(src, mask)
     assert (memory.states[0] == 0).all() and (memory.states[1] != 0).any()
@@ -232,9 +214,9 @@ def test_rnn_encoder_gives_an_empty_source_no_state(cell: str) -> None:
 
 
 def decode_inputs() -> tuple[Transformer, torch.Tensor, torch.Tensor, list[Example]]:
-    data = examples(6, seed=5)
+    data = examples(6, seed=5, high=10)
     b = make_batch(data, IDS)
-    return tiny_model().eval(), b.src, b.src_mask, data
+    return tiny_model(**SMALL), b.src, b.src_mask, data
 
 
 def test_make_decoder_holds_every_beam_setting_of_the_decode_section() -> None:

@@ -13,14 +13,15 @@ import yaml
 
 from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
 from seqcore.config_ranges import RANGES, in_range
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def test_repository_params_load() -> None:
+def test_repository_params_load_and_the_config_holds_every_value_written_there() -> None:
     cfg = load_config(REPO / "params.yaml")
-    assert isinstance(cfg, Config)
-    assert cfg.tokenizer.pad_id != cfg.tokenizer.eos_id
+    written = flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
+    loaded = flatten(as_dict(cfg))
+    assert written and set(written) <= set(loaded)  # no key dropped or renamed on the way
+    assert {k: loaded[k] for k in written} == written  # and no value coerced or replaced
 
 
 def test_code_defaults_equal_params_yaml() -> None:

@@ -9,8 +9,6 @@ import pytest
 import torch
 
 from seqcore.config import DecodeConfig, ModelConfig, SequenceConfig, TrainConfig, TransformerConfig
-from seqcore.contract import SpecialIds
-from seqcore.data.examples import Example
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.determinism import resolve_device, set_determinism
@@ -19,24 +17,14 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
 from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
+from tests.factories import IDS, examples
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-IDS = SpecialIds(0, 1, 2, 3)
 MODEL = ModelConfig(transformer=TransformerConfig(d_model=32, n_heads=2, enc_layers=1,
                                                   dec_layers=1, d_ff=64, dropout=0.1))
 INFO = ModelInfo(MODEL, 12, 12, 0, 16)
-
-
-def examples(n: int) -> list[Example]:
-    g = torch.Generator().manual_seed(3)
-    out = []
-    for i in range(n):
-        k = int(torch.randint(1, 7, (1,), generator=g))
-        src = torch.randint(4, 12, (k,), generator=g).tolist()
-        out.append(Example(str(i), str(i), "", "", src, src[::-1], True))
-    return out
 
 
 def loop(tmp: Path, amp: str = "none", max_steps: int = 6) -> TrainLoop:
@@ -45,7 +33,8 @@ def loop(tmp: Path, amp: str = "none", max_steps: int = 6) -> TrainLoop:
     cfg = TrainConfig(batch_size=8, max_steps=max_steps, warmup_steps=2, eval_every=100,
                       checkpoint_every=3, threads=1, amp=amp, device="cuda")
     model = build_model(MODEL, 12, 12, 0, 16).to(device)
-    feed = Seq2SeqFeed((examples(64), examples(8)), IDS, SequenceConfig(), cfg, device)
+    data = examples(64, seed=3, high=12, shift=0), examples(8, seed=3, high=12, shift=0)
+    feed = Seq2SeqFeed(data, IDS, SequenceConfig(), cfg, device)
     return TrainLoop(model, cfg, feed, CheckpointDir(tmp, 3), {"t": 1}, 32)
 
 
@@ -99,7 +88,8 @@ def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
     model = saved.build()
     assert all(p.device.type == "cpu" for p in model.parameters())
     dec = DecodeConfig(max_len=12)
-    rows = decode_examples(model, examples(16), make_decoder(dec, IDS), IDS, _IdentityTok(), 8)
+    rows = decode_examples(model, examples(16, seed=3, high=12, shift=0), make_decoder(dec, IDS),
+                           IDS, _IdentityTok(), 8)
     assert len(rows) == 16 and all(0 <= t < 12 for r in rows for t in r.tokens)
     assert saved.meta == meta
 

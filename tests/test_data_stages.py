@@ -15,8 +15,11 @@ import yaml
 
 from seqcore.data.examples import read_examples
 from seqcore.tokenizer import TokenizerMismatch, load_tokenizers
-from tests.conftest import REPO, merge
+from tests.conftest import merge
+from tests.factories import REPO
 from tests.data_samples import BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED
+
+pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
 
 USER_PARAMS = {
     "task": "parallel",

@@ -27,11 +27,7 @@ import torch
 import yaml
 
 from seqcore.config import ConfigError, SequenceConfig, TrainConfig, config_from_dict
-from seqcore.contract import SpecialIds
 from seqcore.data.batching import BucketSampler, epoch_batches
-from seqcore.data.examples import Example
-from seqcore.models.rnn_lm import RNNLM, RNNLMShape
-from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.determinism import DeviceUnavailable, resolve_device
 from seqcore.training.distributed import World, WorldMismatch
@@ -40,6 +36,7 @@ from seqcore.training.lm import LMFeed
 from seqcore.determinism import set_determinism
 from seqcore.training.loop import TrainLoop
 from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.factories import IDS, examples, tiny_lm, tiny_model
 from tests.test_pipeline_e2e import dvc
 
 STEPS = 3
@@ -77,24 +74,20 @@ def test_every_example_is_seen_once_per_epoch_across_ranks() -> None:
 def _setup(task: str, accum: int, world: World) -> TrainLoop:
     """A tiny dropout-free model and data; identical on every rank (seeded alike)."""
     set_determinism(7, 1)
-    ids, g = SpecialIds(0, 1, 2, 3), torch.Generator().manual_seed(3)
     cfg = TrainConfig(batch_size=4, accum_steps=accum, max_steps=STEPS, lr=0.5,
                       warmup_steps=2, eval_every=100, checkpoint_every=100, threads=1,
                       clip_norm=0.05, bptt_len=4, eps=1e-3)
     if task == "s2s":
-        def example(i: int) -> Example:
-            n = int(torch.randint(1, 7, (1,), generator=g))
-            src = torch.randint(4, 12, (n,), generator=g).tolist()
-            return Example(str(i), str(i), "", "", src, src[::-1], True)
-        data = ([example(i) for i in range(60)], [])
-        model: torch.nn.Module = Transformer(TransformerShape(
-            12, 12, 16, 2, 1, 1, 32, 0.0, True, "sinusoidal", True, 16, 0))
-        feed = Seq2SeqFeed(data, ids, SequenceConfig(), cfg, world=world)
+        data = (examples(60, seed=3, high=12, shift=0), [])
+        model: torch.nn.Module = tiny_model(enc_layers=1, dec_layers=1, max_len=16,
+                                            seed=7).train()
+        feed = Seq2SeqFeed(data, IDS, SequenceConfig(), cfg, world=world)
     else:
+        g = torch.Generator().manual_seed(3)
         docs = [torch.randint(4, 12, (n,), generator=g).tolist() for n in (9, 30, 14, 21, 11, 7)]
-        model = RNNLM(RNNLMShape("lstm", 12, 8, 16, 2, 0.0, 0))
+        model = tiny_lm("lstm", embed_dim=8, hidden=16, layers=2, seed=7).train()
         cfg = replace(cfg, batch_size=4)
-        feed = LMFeed((docs, []), ids, "token-mean", 0.1, 4, cfg.bptt_len, cfg.seed, world)
+        feed = LMFeed((docs, []), IDS, "token-mean", 0.1, 4, cfg.bptt_len, cfg.seed, world)
     return TrainLoop(model, cfg, feed, CheckpointDir(Path("/nonexistent"), 1), {}, 16, world)
 
 
@@ -120,6 +113,7 @@ def _rank_worker(rank: int, init: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: Path) -> None:
     import torch.multiprocessing as mp  # noqa: PLC0415
 
@@ -201,6 +195,7 @@ def two_rank_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_repro_with_two_processes_completes_and_passes_the_audit(two_rank_repo: Path) -> None:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -226,6 +221,7 @@ def kill_stage_after_checkpoint(repo: Path, step: int) -> None:
     proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_killed_two_process_stage_resumes_on_repro_to_the_uninterrupted_bytes(
         two_rank_repo: Path, tmp_path: Path) -> None:
@@ -244,6 +240,7 @@ def test_killed_two_process_stage_resumes_on_repro_to_the_uninterrupted_bytes(
     assert log_rows(crashed) == log_rows(two_rank_repo)
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_resume_with_another_world_size_is_refused_in_one_line(two_rank_repo: Path) -> None:
     params = yaml.safe_load((two_rank_repo / "params.yaml").read_text())

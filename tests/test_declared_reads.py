@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, TINY_PARAMS, copy_repo, merge
+from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.factories import REPO
 
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 CODE_ROOTS = ("pipeline", "seqcore")
@@ -174,6 +175,7 @@ def recorded_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[st
     return {k: set(v) for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", STAGES)
 def test_stage_params_are_exactly_the_config_keys_it_reads(
         recorded_reads: dict[str, set[str]], stage: str) -> None:

@@ -11,8 +11,7 @@ from typing import Self
 import pytest
 import torch
 
-from seqcore.config import DecodeConfig, ModelConfig, RNNConfig, TransformerConfig
-from seqcore.contract import SpecialIds
+from seqcore.config import DecodeConfig
 from seqcore.data.examples import Example
 from seqcore.decoding.beam import BeamSettings, beam_search, length_penalty
 from seqcore.decoding.factory import make_decoder
@@ -20,10 +19,9 @@ from seqcore.decoding.greedy import greedy
 from seqcore.decoding.predictions import decode_examples
 from seqcore.decoding.sampling import SamplingSettings, sample
 from seqcore.decoding.search import Hypothesis, Masking
-from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder, Reorderable
+from tests.factories import IDS, tiny_model
 
-IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)
 SRC_V, TGT_V = 11, 13
 #: Model families decoded by the family-parametrised tests.
 FAMILIES = ["transformer", "gru", "lstm"]
@@ -67,14 +65,10 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-def tiny_model(family: str, seed: int = 0) -> EncoderDecoder:
-    """A small random-init model in eval mode with outputs of varied content and length."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(family=family,  # type: ignore[arg-type]
-                      transformer=TransformerConfig(d_model=16, n_heads=2, enc_layers=1,
-                                                    dec_layers=2, d_ff=32, tie_embeddings=False),
-                      rnn=RNNConfig(embed_dim=16, hidden=16))
-    model = build_model(cfg, SRC_V, TGT_V, IDS.pad, 64)
+def varied_model(family: str, seed: int = 0) -> EncoderDecoder:
+    """A tiny random-init model in eval mode with outputs of varied content and length."""
+    model = tiny_model(family, vocab=SRC_V, tgt_vocab=TGT_V, enc_layers=1, dec_layers=2,
+                       tie=False, embed_dim=16, seed=seed)
     with torch.no_grad():  # sharper random distributions, so greedy and samples differ
         for p in model.parameters():
             p.mul_(EOS_SETTINGS[0])
@@ -169,7 +163,7 @@ def teacher_forced_score(model: EncoderDecoder, src: torch.Tensor, mask: torch.T
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_beam_of_one_equals_greedy(family: str) -> None:
-    model, (src, mask) = tiny_model(family), source_batch(6)
+    model, (src, mask) = varied_model(family), source_batch(6)
     caps = [9, 3, 12, 6, 1, 10]
     rules = Masking(min_len=2, banned=RULES.banned)
     g = greedy(model, src, mask, IDS, caps, masking=rules)
@@ -182,7 +176,7 @@ def test_beam_of_one_equals_greedy(family: str) -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_cached_decoding_matches_full_recompute(family: str) -> None:
-    model, (src, mask) = tiny_model(family), source_batch(5)
+    model, (src, mask) = varied_model(family), source_batch(5)
     caps, ex_ids = [12, 5, 12, 8, 12], ["a", "b", "c", "d", "e"]
     beam = BeamSettings(3, 3, "gnmt", 0.6)
     temp = SamplingSettings(temperature=1.3, top_k=6, top_p=0.9, seed=7)
@@ -279,7 +273,7 @@ def test_eos_is_never_emitted_before_min_len() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_hypothesis_never_continues_after_eos(family: str) -> None:
-    model, (src, mask) = tiny_model(family), source_batch(4)
+    model, (src, mask) = varied_model(family), source_batch(4)
     hyps = all_strategies(model, src, mask, 10, RULES)
     assert any(h.eos for _, h in hyps)
     for row, h in hyps:
@@ -300,7 +294,7 @@ def test_max_len_is_honoured_and_marked_truncated() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sampling_with_top_k_one_equals_greedy(family: str) -> None:
-    model, (src, mask) = tiny_model(family), source_batch(6)
+    model, (src, mask) = varied_model(family), source_batch(6)
     g = greedy(model, src, mask, IDS, 10, masking=RULES)
     s = sample(model, src, mask, IDS, list("abcdef"), 10,
                SamplingSettings(temperature=2.0, top_k=1, seed=3), RULES)
@@ -308,7 +302,7 @@ def test_sampling_with_top_k_one_equals_greedy(family: str) -> None:
 
 
 def test_same_seed_gives_same_samples_with_batch_of_one_and_of_32() -> None:
-    model, (src, mask) = tiny_model("transformer"), source_batch(32, seed=9)
+    model, (src, mask) = varied_model("transformer"), source_batch(32, seed=9)
     ex_ids = [f"ex{i}" for i in range(32)]
     cfg = SamplingSettings(temperature=1.5, seed=11)
     batched = sample(model, src, mask, IDS, ex_ids, 12, cfg, RULES)
@@ -321,7 +315,7 @@ def test_same_seed_gives_same_samples_with_batch_of_one_and_of_32() -> None:
 
 
 def test_decoding_runs_in_eval_mode_without_a_gradient_graph() -> None:
-    model, (src, mask) = tiny_model("transformer"), source_batch(3)
+    model, (src, mask) = varied_model("transformer"), source_batch(3)
     seen: list[tuple[bool, bool]] = []
 
     def hook(module: torch.nn.Module, args: object, output: object) -> None:
@@ -346,7 +340,7 @@ def test_n_best_fills_the_prediction_rows() -> None:
         def piece(self, token: int) -> str:
             return str(token)
 
-    model = tiny_model("transformer")
+    model = varied_model("transformer")
     examples = [Example(f"e{i}", "g", "src", "ref", [4 + i, 5, 6], [4], True) for i in range(3)]
     cfg = DecodeConfig(strategy="beam", beam_size=4, n_best=3, max_len=8, max_len_ratio=1.0)
     rows = decode_examples(model, examples, make_decoder(cfg, IDS), IDS, Pieces(), 2)  # type: ignore[arg-type]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import sacrebleu
 import torch
 
-from seqcore.config import ModelConfig, config_from_dict, flatten
+from seqcore.config import config_from_dict, flatten
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
 from seqcore.artifacts.predictions import PredictionRow, Predictions
@@ -22,8 +21,8 @@ from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.recompute import eval_spec, recompute_metrics
 from seqcore.metrics.report import render_report
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
-from seqcore.models import build_model
 from seqcore.training.feeds import teacher_forced_nll
+from tests.factories import tiny_model
 
 # (id, group, reference, hypothesis, eos, pieces-override): variants of "either" share a group.
 CASES = [
@@ -167,29 +166,21 @@ def test_group_table_only_when_asked_and_one_row_per_group() -> None:
     assert (either["count"], either["exact_match"], either["exact_match_multi_ref"]) == (2, 0.5, 1)
 
 
-@pytest.fixture
-def tiny_model() -> torch.nn.Module:
-    cfg = config_from_dict({"model": {"transformer": {"d_model": 16, "n_heads": 2,
-                                                      "enc_layers": 1, "dec_layers": 1,
-                                                      "d_ff": 32}}}).model
-    assert isinstance(cfg, ModelConfig)
-    return build_model(cfg, 12, 10, 0, 16).eval()
-
-
 def test_teacher_forced_stats_sum_to_the_training_nll_and_do_not_depend_on_batching(
-        tiny_model: torch.nn.Module, ids: SpecialIds) -> None:
+        ids: SpecialIds) -> None:
+    model = tiny_model(vocab=12, tgt_vocab=10, enc_layers=1, dec_layers=1, max_len=16)
     g = torch.Generator().manual_seed(3)
     examples = [Example(str(i), "g", "s", "t", torch.randint(4, 12, (2 + i,), generator=g)
                         .tolist(), torch.randint(4, 10, (1 + i % 4,), generator=g).tolist(),
                         True) for i in range(6)]
-    stats = teacher_forced_stats(tiny_model, examples, ids, batch_size=4)
-    total, count = teacher_forced_nll(tiny_model, examples, ids, 4)
+    stats = teacher_forced_stats(model, examples, ids, batch_size=4)
+    total, count = teacher_forced_nll(model, examples, ids, 4)
     assert sum(s.nll for s in stats.values()) == pytest.approx(total, rel=1e-5)
     assert sum(s.tokens for s in stats.values()) == count == sum(len(e.tgt) + 1 for e in examples)
     for ex in examples:  # one at a time: no padding; argmax hits counted by hand
         one = stats[ex.id]
         with torch.no_grad():
-            logits = tiny_model(torch.tensor([ex.src]), torch.ones(1, len(ex.src), dtype=bool),
+            logits = model(torch.tensor([ex.src]), torch.ones(1, len(ex.src), dtype=bool),
                                 torch.tensor([[ids.bos] + ex.tgt]))[0]
         labels = torch.tensor(ex.tgt + [ids.eos])
         assert one.correct == int((logits.argmax(-1) == labels).sum())

@@ -23,7 +23,8 @@ from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.failures import FailureRules, failure_modes
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, training_summary
-from tests.conftest import REPO, TINY_PARAMS, copy_repo
+from tests.conftest import copy_result
+from tests.factories import REPO
 from tests.test_evaluation import make_rows
 from tests.test_pipeline_e2e import dvc
 
@@ -101,9 +102,9 @@ def test_offline_plot_template_inlines_the_chart_library() -> None:
 
 # -- end to end: a committed baseline and two `--temp` experiments ------------------------------
 @pytest.fixture(scope="module")
-def exps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    repo = copy_repo(tmp_path_factory.mktemp("exps"), TINY_PARAMS)
-    dvc(repo, "repro")
+def exps(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+         ) -> tuple[Path, dict[str, str]]:
+    repo = copy_result(audit_result[0], tmp_path_factory.mktemp("exps") / "repo")
     for cmd in (["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t",
                                        "commit", "-qm", "baseline"]):
         subprocess.run(cmd, cwd=repo, check=True)
@@ -112,6 +113,7 @@ def exps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     return repo, logs
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_each_temp_experiment_starts_from_the_baseline(exps: tuple[Path, dict[str, str]]) -> None:
     repo, _ = exps
@@ -125,6 +127,7 @@ def test_each_temp_experiment_starts_from_the_baseline(exps: tuple[Path, dict[st
     assert params["beam3"] == base | {"decode.strategy": "beam", "decode.beam_size": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_checkpoints_never_make_a_stage_stale(exps: tuple[Path, dict[str, str]]) -> None:
     repo, logs = exps
@@ -138,6 +141,7 @@ def test_checkpoints_never_make_a_stage_stale(exps: tuple[Path, dict[str, str]])
     assert "up to date" in dvc(repo, "status")
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]]) -> None:
     repo, _ = exps
@@ -156,6 +160,7 @@ def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]])
     assert "|" in json.loads((repo / "reports/results.json").read_text())["signature"]
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, str]]) -> None:
     repo, _ = exps

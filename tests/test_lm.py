@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from seqcore.config import ConfigError, config_from_dict
-from seqcore.contract import IGNORE_INDEX, SpecialIds
+from seqcore.contract import IGNORE_INDEX
 from seqcore.data.batching import Segment, StreamBatcher
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
@@ -17,14 +18,9 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed, lm_nll, segment_loss
 from seqcore.training.loop import TrainLoop
 from seqcore.training.setups import lm_setup
+from tests.factories import IDS, tiny_lm
 
-IDS = SpecialIds(0, 1, 2, 3)
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
-
-
-def model(cell: str = "gru") -> RNNLM:
-    torch.manual_seed(0)
-    return RNNLM(RNNLMShape(cell, 12, 6, 8, 1, 0.0, 0))  # type: ignore[arg-type]
 
 
 # -- documents -----------------------------------------------------------------------------------
@@ -104,7 +100,7 @@ def test_cycling_streams_deal_every_document_each_epoch_and_resume_from_state() 
 
 
 def test_gradient_stops_at_the_segment_boundary_while_the_value_carries_over() -> None:
-    m = model("lstm")
+    m = tiny_lm("lstm", embed_dim=6)
     feed = LMFeed(([[4, 5, 4, 5, 6, 7, 6, 7]], []), IDS, "token-mean", 0.0, 1, 4, 0)
     first, second = feed.draw(), feed.draw()  # BOS 4 5 4 | 5 6 7 6
     feed.loss(m, first, 0.0, torch.Generator())
@@ -129,7 +125,7 @@ def test_reset_zeroes_only_the_slots_that_start_a_new_document() -> None:
 
 
 def test_a_new_document_in_a_slot_starts_from_the_zero_state() -> None:
-    m = model()
+    m = tiny_lm(embed_dim=6)
     seg = Segment(torch.tensor([[2, 4, 5]]), torch.tensor([[4, 5, 3]]), torch.tensor([True]))
     stale = (torch.randn(1, 1, 8),)
     from_stale, _ = segment_loss(m, seg, stale, "sum", 0.0, ())
@@ -138,7 +134,7 @@ def test_a_new_document_in_a_slot_starts_from_the_zero_state() -> None:
 
 
 def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -> None:
-    m = model()
+    m = tiny_lm(embed_dim=6)
     docs = [[4, 5, 6] * 4, [7, 8] * 3]
     carried = lm_nll(m, docs, IDS, 2, 3, carry=True)
     reset = lm_nll(m, docs, IDS, 2, 3, carry=False)
@@ -149,6 +145,41 @@ def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -
 
 
 # -- the lm task end to end in the library -----------------------------------------------------
+
+
+def document_nll(model: torch.nn.Module, doc: list[int], window: int | None) -> float:
+    """Summed NLL of ``BOS doc EOS`` read in windows of ``window`` positions (None: whole),
+    each window from the zero state."""
+    seq = [IDS.bos, *doc, IDS.eos]
+    inputs, labels = torch.tensor(seq[:-1]), torch.tensor(seq[1:])
+    width = window or len(inputs)
+    was_training, total = model.training, 0.0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(inputs), width):
+            logits, _ = model(inputs[None, start:start + width], model.initial_state(1))
+            total += float(torch.nn.functional.cross_entropy(
+                logits[0], labels[start:start + width], reduction="sum"))
+    model.train(was_training)
+    return total
+
+
+def model_file_perplexities(path: Path, docs: list[Document], dev: float, test: float,
+                            bptt: int) -> dict[str, float]:
+    """The lm report's perplexities recomputed by hand from a saved model file: exp(summed
+    NLL / tokens) over the held-out tails of ``docs``, carried or reset every segment."""
+    blob = torch.load(path, weights_only=True)
+    model = RNNLM(RNNLMShape(**blob["lm_shape"]))
+    model.load_state_dict(blob["model"])
+    vocab = CharVocab(blob["vocab"], IDS)
+    out = {}
+    for name, split in zip(("dev", "test"), split_documents(docs, dev, test)[1:], strict=True):
+        encoded = [vocab.encode(d.text) for d in split]
+        tokens = sum(len(d) + 1 for d in encoded)
+        for key, window in (("carried", None), ("reset_every_segment", bptt)):
+            nll = sum(document_nll(model, d, window) for d in encoded)
+            out[f"{name}_ppl_{key}"] = math.exp(nll / tokens)
+    return out
 
 
 def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path) -> None:
@@ -164,7 +195,20 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
     state = trainer.run(lambda entry, tokens_per_s: None)
     assert state.step == 3 and state.best_step == 3
     report = setup.report()["lm"]
-    assert report["dev_ppl_carried"] > 1 and report["test_ppl_reset_every_segment"] > 1
+    # Recomputed by hand from the model: each held-out document read as BOS text EOS, whole
+    # (carried state) or in windows of bptt_len that each start from the zero state (reset).
+    parts = split_documents(docs, 0.2, 0.2)
+    vocab = CharVocab.build(parts[0], IDS)
+    for name, split in (("dev", parts[1]), ("test", parts[2])):
+        encoded = [vocab.encode(d.text) for d in split]
+        tokens = sum(len(d) + 1 for d in encoded)
+        assert report[f"{name}_tokens"] == tokens
+        carried = sum(document_nll(setup.model, d, None) for d in encoded)
+        reset = sum(document_nll(setup.model, d, 5) for d in encoded)
+        assert report[f"{name}_ppl_carried"] == pytest.approx(math.exp(carried / tokens), rel=1e-5)
+        assert report[f"{name}_ppl_reset_every_segment"] == pytest.approx(
+            math.exp(reset / tokens), rel=1e-5)
+        assert carried != pytest.approx(reset)  # the windows cut these documents
     assert setup.contract["task"] == "lm" and "trunc:bptt-5" in setup.signature
     with pytest.raises(ValueError, match="number of parallel streams"):
         lm_setup(cfg, docs[:1])

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from seqcore.config import ConfigError, config_from_dict, experiment_name
-from seqcore.contract import SpecialIds
 from seqcore.data.coverage import SplitCoverage, UnkStats, coverage_problems
 from seqcore.data.examples import Example, encode_pairs
 from seqcore.data.inputs import check_source
@@ -24,9 +23,9 @@ from seqcore.metrics.scores import error_stats
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tokenizer import (
     UNK_PIECE, TextContract, Tokenizer, TokenizerSettings, choose_settings, train_sentencepiece)
+from tests.factories import IDS
 from tests.test_data_stages import run_stage
 
-IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)
 WORDS = ["cat", "act", "tact", "at", "cab", "bat", "tab", "abc"]
 
 
@@ -215,6 +214,7 @@ def _user_tsv(work: Path, rows: list[str]) -> None:
 SPLITTING = {"data": {"dev_fraction": 0.3, "test_fraction": 0.3, "min_split_rows": 1}}
 
 
+@pytest.mark.slow
 def test_prepare_stops_on_an_empty_test_split_naming_the_fractions(tmp_path: Path) -> None:
     _user_tsv(tmp_path, [f"w{i}\tW {i}" for i in range(30)])
     res = run_stage(tmp_path, "prepare", {"data": {"dev_fraction": 0.3, "test_fraction": 0.0,
@@ -226,6 +226,7 @@ def test_prepare_stops_on_an_empty_test_split_naming_the_fractions(tmp_path: Pat
     assert not (tmp_path / "data/prepared").exists()
 
 
+@pytest.mark.slow
 def test_a_mostly_unk_configuration_stops_at_the_tokenizer_stage(tmp_path: Path) -> None:
     # Like P2G with the G2P tokenizer defaults: symbols to words, and a word model of at most
     # 44 pieces for ~90 distinct training words.
@@ -250,6 +251,7 @@ def test_a_mostly_unk_configuration_stops_at_the_tokenizer_stage(tmp_path: Path)
     assert contract["tgt"]["model_type"] == "char" and "auto_chosen" in contract["tgt"]
 
 
+@pytest.mark.slow
 def test_rows_dropped_for_length_above_the_ceiling_stop_the_tokenizer_stage(
     tmp_path: Path,
 ) -> None:

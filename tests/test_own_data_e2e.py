@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import TINY_PARAMS, copy_repo, merge
 from tests.test_pipeline_e2e import dvc
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: What a user sets in params.yaml for their own TSV (docs/own-data.md); the rest is TINY.
 P2G_PARAMS = {

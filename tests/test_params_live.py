@@ -36,8 +36,8 @@ from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.recompute import eval_spec
 from seqcore.training.checkpoint import load_blob
 from tests.conftest import merge
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 
 
@@ -419,6 +419,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     return Workspace(tmp_path_factory.mktemp("params_live"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(LIVE))
 def test_parameter_is_live_at_the_stage_that_reads_it(workspace: Workspace, key: str) -> None:
     case = LIVE[key]
@@ -441,6 +442,7 @@ def test_parameter_is_live_at_the_stage_that_reads_it(workspace: Workspace, key:
                              f"nothing the {case.stage} stage writes: a dead parameter")
 
 
+@pytest.mark.slow
 def test_select_best_dev_writes_the_weights_of_the_best_checkpoint(workspace: Workspace) -> None:
     when = {**STAGE_WHEN["train"], **LIVE["train.select"].when}  # dev NLL rises after its best
     best_dev = workspace.run("train", when)

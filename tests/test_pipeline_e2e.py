@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_PARAMS, copy_repo
+from tests.conftest import copy_result
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 
 
@@ -27,10 +27,9 @@ def dvc(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("repo"), TINY_PARAMS)
-    dvc(repo, "repro")
-    return repo
+def tiny_repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the session's tiny `dvc repro` result (these tests change it)."""
+    return copy_result(audit_result[0], tmp_path_factory.mktemp("repo") / "repo")
 
 
 def test_repro_writes_every_declared_output(tiny_repo: Path) -> None:

@@ -1,9 +1,10 @@
 """Resume after SIGKILL gives bit-identical weights and per-step losses.
 
-Each run is a child process executing CHILD (below) on tiny synthetic data: a baseline runs
-uninterrupted; a killed run SIGKILLs itself at a chosen point (after step k, or between the
-micro-batches of step k) and a second process resumes from the checkpoint folder. The final
-state-dict hash and the per-step loss log (the checkpointed history) must be identical.
+Each run is a child process of tests/programs/resume_worker.py on tiny synthetic data: a
+baseline runs uninterrupted; a killed run SIGKILLs itself at a chosen point (after step k, or
+between the micro-batches of step k) and a second process resumes from the checkpoint
+folder. The final state-dict hash and the per-step loss log (the checkpointed history) must be
+identical.
 """
 
 from __future__ import annotations
@@ -20,96 +21,11 @@ import torch
 
 from seqcore.training.checkpoint import (
     CheckpointDir, ContractMismatch, check_contract, load_blob, save_blob)
-from tests.conftest import REPO
+from tests.factories import REPO
+from tests.programs.resume_worker import CKPT_EVERY, MAX_STEPS
 
-MAX_STEPS, CKPT_EVERY = 12, 4
-
-CHILD = r"""
-import hashlib, json, os, signal, sys, traceback
-from dataclasses import replace
-from pathlib import Path
-
-import torch
-
-from seqcore.config import SequenceConfig, TrainConfig
-from seqcore.contract import SpecialIds
-from seqcore.data.examples import Example
-from seqcore.models.rnn_lm import RNNLM, RNNLMShape
-from seqcore.models.transformer import Transformer, TransformerShape
-from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.lm import LMFeed
-from seqcore.determinism import set_determinism
-from seqcore.training.loop import TrainLoop
-
-
-def train(work, task, accum, kill_step, kill_micro, lr):
-    set_determinism(7, 1)
-    ids = SpecialIds(0, 1, 2, 3)
-    g = torch.Generator().manual_seed(3)
-    cfg = TrainConfig(batch_size=4, accum_steps=accum, max_steps=MAX_STEPS, lr=lr,
-                      warmup_steps=3, eval_every=4, checkpoint_every=CKPT_EVERY, keep_last=2,
-                      threads=1, select="best_dev", bptt_len=4)
-    if task == "s2s":
-        def example(i):
-            n = int(torch.randint(1, 6, (1,), generator=g))
-            src = torch.randint(4, 12, (n,), generator=g).tolist()
-            return Example(str(i), str(i), "", "", src, src[::-1], True)
-        data = ([example(i) for i in range(40)], [example(i) for i in range(40, 48)])
-        cfg = replace(cfg, ss_schedule="linear", ss_k=6.0, ss_cap=0.5, ss_choice="sample")
-        model = Transformer(TransformerShape(12, 12, 16, 2, 1, 1, 32, 0.2, True, "sinusoidal",
-                                             True, 16, 0))
-        feed = Seq2SeqFeed(data, ids, SequenceConfig(), cfg)
-    else:
-        docs = [torch.randint(4, 12, (n,), generator=g).tolist() for n in (9, 30, 14, 21, 11)]
-        model = RNNLM(RNNLMShape("lstm", 12, 8, 16, 2, 0.2, 0))
-        feed = LMFeed((docs, docs[:2]), ids, "token-mean", 0.1, 2, cfg.bptt_len, cfg.seed)
-    ckpt = CheckpointDir(Path(work) / "ckpt", cfg.keep_last)
-    trainer = TrainLoop(model, cfg, feed, ckpt, {"task": task, "lr": lr}, 16)
-    print("resumed:", trainer.resume(), file=sys.stderr)
-    if kill_step > 0:
-        trainer.on_step = lambda step: step == kill_step and os.kill(os.getpid(), signal.SIGKILL)
-    if kill_micro > 0:  # SIGKILL between the micro-batches of one accumulation cycle
-        calls, loss = [trainer.state.step * accum], feed.loss
-        def counting_loss(*args):
-            out = loss(*args)
-            calls[0] += 1
-            if calls[0] == kill_micro:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return out
-        feed.loss = counting_loss
-    state = trainer.run(lambda entry, tokens_per_s: None)
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode() + t.detach().contiguous().numpy().tobytes())
-    Path(work, "result.json").write_text(json.dumps(
-        {"weights": h.hexdigest(), "history": [e.row() for e in state.history],
-         "skipped": state.skipped}))
-
-
-# Each job runs in its own process, forked from this interpreter before it has trained
-# anything (so the torch import is paid once); the checkpoint folder is the only channel
-# between a killed job and the job that resumes it.
-torch.use_deterministic_algorithms(True)  # its first call imports torch._inductor (slow)
-statuses = []
-for job in json.loads(sys.argv[1]):
-    Path(job["work"]).mkdir(parents=True, exist_ok=True)
-    pid = os.fork()
-    if pid == 0:
-        with open(Path(job["work"]) / "stderr.txt", "a") as err:
-            os.dup2(err.fileno(), 2)
-            try:
-                train(**job)
-            except BaseException:
-                traceback.print_exc()
-                sys.stderr.flush()
-                os._exit(1)
-            sys.stderr.flush()
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    statuses.append(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
-print(json.dumps(statuses))
-""".replace("MAX_STEPS", str(MAX_STEPS)).replace("CKPT_EVERY", str(CKPT_EVERY))
+#: The training program each job runs (a module, so it imports this checkout's seqcore).
+WORKER = "tests.programs.resume_worker"
 
 
 def job(work: Path, task: str, accum: int = 1, kill_step: int = 0, kill_micro: int = 0,
@@ -118,11 +34,9 @@ def job(work: Path, task: str, accum: int = 1, kill_step: int = 0, kill_micro: i
             "kill_micro": kill_micro, "lr": lr}
 
 
-def run_jobs(script_dir: Path, jobs: list[dict]) -> list[int]:
+def run_jobs(jobs: list[dict]) -> list[int]:
     """Run the jobs in order in fresh processes; returns exit codes (-9 = SIGKILL)."""
-    script = script_dir / "child.py"
-    script.write_text(CHILD)
-    res = subprocess.run([sys.executable, str(script), json.dumps(jobs)], cwd=REPO,
+    res = subprocess.run([sys.executable, "-m", WORKER, json.dumps(jobs)], cwd=REPO,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -154,7 +68,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list
     jobs = [job(root / f"base-{t}-{a}", t, a) for t, a in BASELINES]
     for name, (task, accum, step, micro) in KILLS.items():
         jobs += [job(root / name, task, accum, step, micro), job(root / name, task, accum)]
-    statuses = run_jobs(root, jobs)
+    statuses = run_jobs(jobs)
     out = {f"base-{t}-{a}": (root / f"base-{t}-{a}", [s]) for (t, a), s in zip(BASELINES, statuses)}
     for i, name in enumerate(KILLS):
         out[name] = (root / name, statuses[3 + 2 * i : 5 + 2 * i])
@@ -167,6 +81,7 @@ def baseline(runs: dict, task: str, accum: int) -> Path:
     return work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(KILLS))
 def test_resume_after_sigkill_gives_identical_weights_and_losses(runs: dict, name: str) -> None:
     task, accum, _, _ = KILLS[name]
@@ -179,6 +94,7 @@ def test_resume_after_sigkill_gives_identical_weights_and_losses(runs: dict, nam
     assert got["weights"] == base["weights"]
 
 
+@pytest.mark.slow
 def test_truncated_latest_checkpoint_is_reported_and_the_previous_one_used(
     tmp_path: Path, runs: dict, capsys: pytest.CaptureFixture,
 ) -> None:
@@ -192,16 +108,17 @@ def test_truncated_latest_checkpoint_is_reported_and_the_previous_one_used(
     assert "truncated or corrupted" in found.skipped[0] and latest.name in found.skipped[0]
     assert "skipping unusable checkpoint" in capsys.readouterr().err
     # The resumed run starts from the previous good one and replays the last 4 steps.
-    assert run_jobs(tmp_path, [job(work, "s2s")]) == [0]
+    assert run_jobs([job(work, "s2s")]) == [0]
     assert "skipping unusable checkpoint" in stderr_of(work)
     assert result(work) == result(base)
 
 
+@pytest.mark.slow
 def test_checkpoint_from_another_contract_is_refused_with_a_diff(
     tmp_path: Path, runs: dict,
 ) -> None:
     shutil.copytree(baseline(runs, "s2s", 1) / "ckpt", tmp_path / "run" / "ckpt")
-    assert run_jobs(tmp_path, [job(tmp_path / "run", "s2s", lr=2.0)]) == [1]
+    assert run_jobs([job(tmp_path / "run", "s2s", lr=2.0)]) == [1]
     err = stderr_of(tmp_path / "run")
     assert "ContractMismatch" in err and "lr: checkpoint=1.0 now=2.0" in err
     with pytest.raises(ContractMismatch, match="task: checkpoint='g2p' now='lm'"):

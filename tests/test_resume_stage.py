@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import TINY_PARAMS, copy_repo, merge
 from tests.test_pipeline_e2e import dvc
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: Long enough (a few seconds) to be killed between two checkpoints.
 PARAMS = merge(TINY_PARAMS, {"train": {"max_steps": 120, "checkpoint_every": 10,

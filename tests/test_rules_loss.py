@@ -17,7 +17,8 @@ from seqcore.sequences import make_batch
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
-from tests.test_rules_models import synthetic_pairs, tiny_model
+from tests.factories import examples as toy_examples
+from tests.factories import tiny_model
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # A 6-token vocabulary and hand-picked next-token probabilities p (sum 1); logits = log p.
@@ -90,7 +91,7 @@ def grads(model: torch.nn.Module) -> list[torch.Tensor]:
 def test_loss_normalisation_accumulating_microbatches_equals_one_big_batch(
     norm: str, ids: SpecialIds
 ) -> None:
-    examples = synthetic_pairs(6)
+    examples = toy_examples(6, seed=7, high=12, shift=0, lengths=(2, 5), reverse=False)
     model = tiny_model("transformer")
     big = make_batch(examples, ids)
     out = sequence_loss(model(big.src, big.src_mask, big.tf.inputs), big.tf.labels, norm, 0.1,
@@ -116,7 +117,7 @@ def test_loss_normalisation_trainer_accumulation_equals_one_big_batch(
     norm: str, ids: SpecialIds, tmp_path: Path
 ) -> None:
     """The real training step: 3 micro-batches of 2 give the gradient of one batch of 6."""
-    examples = synthetic_pairs(6)
+    examples = toy_examples(6, seed=7, high=12, shift=0, lengths=(2, 5), reverse=False)
     seq = SequenceConfig(loss_norm=norm)
     found = []
     for batch_size, accum in ((6, 1), (2, 3)):

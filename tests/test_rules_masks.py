@@ -11,7 +11,8 @@ from seqcore.contract import IGNORE_INDEX, attention_mask, masked_softmax, pad_b
 from seqcore.losses import sequence_loss
 from seqcore.models.rnn import RNNSeq2Seq
 from seqcore.models.transformer import Transformer
-from tests.test_rules_models import FAMILIES, PAD, tiny_model
+from tests.factories import tiny_model
+from tests.test_rules_models import FAMILIES, PAD
 
 
 def layer_outputs(model: torch.nn.Module, src: torch.Tensor, mask: torch.Tensor,

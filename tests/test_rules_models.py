@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.config import ModelConfig, SequenceConfig, TrainConfig, config_from_dict
+from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import SpecialIds, pad_batch
-from seqcore.data.examples import Example
 from seqcore.decoding.greedy import greedy
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
@@ -19,29 +18,11 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
 from seqcore.training.loop import TrainLoop
 from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
+from tests.factories import examples, tiny_config, tiny_model
 
 FAMILIES = ("transformer", "gru", "lstm")
 VOCAB = 12
 PAD = 0
-
-
-def tiny_config(family: str, dropout: float = 0.0, attention: str = "general") -> ModelConfig:
-    """A tiny model section, built the way params.yaml is (only ``family`` differs)."""
-    return config_from_dict({"model": {
-        "family": family,
-        "transformer": {"d_model": 16, "n_heads": 2, "enc_layers": 2, "dec_layers": 2,
-                        "d_ff": 32, "dropout": dropout},
-        "rnn": {"embed_dim": 8, "hidden": 16, "enc_layers": 2, "dec_layers": 2,
-                "dropout": dropout, "attention": attention},
-    }}).model
-
-
-def tiny_model(family: str, dropout: float = 0.0, attention: str = "general",
-               pad_id: int = PAD, vocab: int = VOCAB) -> EncoderDecoder:
-    """A tiny model of ``family`` in eval mode, seeded (init only; no test reads the RNG)."""
-    torch.manual_seed(0)
-    model = build_model(tiny_config(family, dropout, attention), vocab, vocab, pad_id, 64)
-    return model.eval()
 
 
 def logits_of(model: EncoderDecoder, srcs: list[list[int]], tgt: list[int]) -> torch.Tensor:
@@ -125,24 +106,13 @@ def test_cached_decoding_matches_full_recompute(family: str, attention: str) -> 
     torch.testing.assert_close(torch.stack(steps, 1), full, rtol=0, atol=1e-5)
 
 
-def synthetic_pairs(n: int) -> list[Example]:
-    """Copy task: target = source, tokens 4..11 (ids 0-3 are the special ids)."""
-    gen = torch.Generator().manual_seed(7)
-    out = []
-    for i in range(n):
-        length = int(torch.randint(2, 6, (1,), generator=gen))
-        src = torch.randint(4, VOCAB, (length,), generator=gen).tolist()
-        out.append(Example(str(i), str(i), "", "", src, list(src), True))
-    return out
-
-
 @pytest.mark.parametrize("family", ("gru", "lstm", "transformer"))
 def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path: Path,
                                                            ids: SpecialIds) -> None:
     model = tiny_model(family).train()
     cfg = TrainConfig(batch_size=8, max_steps=20, schedule="constant", lr=0.02, warmup_steps=1,
                       eval_every=20, checkpoint_every=20, bucket_width=8)
-    ex = synthetic_pairs(40)
+    ex = examples(40, seed=7, high=VOCAB, shift=0, lengths=(2, 5), reverse=False)
     trainer = TrainLoop(model, cfg, Seq2SeqFeed((ex, ex[:8]), ids, SequenceConfig(), cfg),
                         CheckpointDir(tmp_path / "ckpt", 1), {"family": family}, 16)
     before = teacher_forced_nll(model, ex, ids, 40)

@@ -7,7 +7,6 @@ the shift, padding, loss, models and decoding must all follow it.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,11 +18,12 @@ from seqcore.losses import sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from seqcore.sequences import make_batch
-from tests.test_rules_models import FAMILIES, tiny_model
+from tests.factories import REPO, tiny_model
+from tests.test_rules_models import FAMILIES
 
 ODD = SpecialIds(pad=5, unk=6, bos=7, eos=4)
 WORDS = ["abcdef", "ghijkl", "mnopq", "fedcba", "kjihg", "qponm", "aceg", "bdfh"]
-SEQCORE = Path(__file__).resolve().parents[1] / "seqcore"
+SEQCORE = REPO / "seqcore"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_special_ids_loss_smoothing_skips_contract_pad_and_bos(tok: Tokenizer) -
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_special_ids_models_keep_the_contract_pad_row_at_zero(tok: Tokenizer, family: str) -> None:
-    model = tiny_model(family, pad_id=ODD.pad, vocab=tok.vocab_size)
+    model = tiny_model(family, pad=ODD.pad, vocab=tok.vocab_size)
     for table in (model.src_embed, model.tgt_embed):
         assert table.padding_idx == ODD.pad
         assert (table.weight[ODD.pad] == 0).all()

@@ -6,15 +6,19 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipeline.stage import signature
 from seqcore.artifacts.tokenizer_contract import SideContract, TextNormalization, TokenizerContract
-from seqcore.config import Config, load_config
+from seqcore.config import Config, SequenceConfig, TrainConfig, load_config
 from seqcore.contract import SpecialIds
 from seqcore.signature import (
     PENDING, contract_signature, derived_params, parse_signature, signature_diff)
+from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.feeds import Seq2SeqFeed
+from seqcore.training.loop import TrainLoop
+from tests.factories import IDS, REPO, examples, tiny_model
 
-REPO = Path(__file__).resolve().parents[1]
 
 #: A hand-written tokenizer contract (what pipeline/tokenizer.py writes).
 CONTRACT = TokenizerContract(
@@ -68,8 +72,30 @@ def test_stage_stops_with_a_field_diff_when_the_stored_signature_differs(
     assert "eos: '4' != '3'" in message and "ls: '0' != '0.1'" in message
 
 
-def test_derived_params_state_where_clipping_happens(cfg: Config) -> None:
+def clipped_grads(tmp_path: Path, clip_norm: float) -> list[torch.Tensor]:
+    """The gradients one real training step leaves: 2 micro-batches, an enabled grad scaler
+    (fp16's, at 2**12), the given clip threshold."""
+    cfg = TrainConfig(batch_size=2, accum_steps=2, bucket_width=100, schedule="constant",
+                      lr=1e-3, warmup_steps=0, threads=1, clip_norm=clip_norm)
+    loop = TrainLoop(tiny_model(enc_layers=1, dec_layers=1, max_len=16).train(), cfg,
+                     Seq2SeqFeed((examples(8, seed=7), []), IDS, SequenceConfig(), cfg),
+                     CheckpointDir(tmp_path / f"ck{clip_norm}", 1), {}, 16)
+    loop.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    loop.train_step()
+    return [p.grad for p in loop.model.parameters()]
+
+
+def test_derived_params_state_where_clipping_happens(cfg: Config, tmp_path: Path) -> None:
     derived = derived_params(cfg)
     assert derived["derived.clip.where"] == "after unscale, after all micro-batches of the step"
+    assert derived["derived.clip.norm"] == "global L2 over all parameters"
     off = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, clip_norm=0.0))
     assert derived_params(off)["derived.clip.norm"] == "off"
+    # What the record states is what the step does: the clipped gradient is the unscaled
+    # gradient of both micro-batches together, scaled to the threshold (clipping each
+    # micro-batch, or the scaled gradient, gives another direction or norm).
+    full = clipped_grads(tmp_path, 0.0)
+    norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in full])))
+    assert norm > 0.01
+    for got, want in zip(clipped_grads(tmp_path, 0.01), full, strict=True):
+        torch.testing.assert_close(got, want * (0.01 / norm), rtol=1e-3, atol=1e-9)

@@ -30,11 +30,11 @@ from pipeline.audit import read_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.factories import REPO
 from tests.servers import (
     MLFLOW_SERVER, S3_KEY_ID, S3_SECRET, S3Store, free_port, mlflow_server, postgres_server,
     s3_server)
 
-REPO = Path(__file__).resolve().parents[1]
 DVC_BUCKET, MLFLOW_BUCKET = "seqcore-dvc", "seqcore-mlflow"
 ARTIFACTS = f"s3://{MLFLOW_BUCKET}/artifacts"
 EXPERIMENT = "seqcore-g2p"
@@ -177,12 +177,13 @@ def audit(repo: Path, env: dict[str, str], url: str, *args: str, ok: bool = True
 
 # --- the two-person flow --------------------------------------------------------------------
 
-@pytest.mark.e2e
-
 def passed(out: str) -> bool:
     """The audit's verdict line says PASSED (a clone has no checkpoints: a warning, not a fail)."""
     return re.search(r"^audit: PASSED( with warnings \(checkpoints\))?$", out, re.M) is not None
 
+
+@pytest.mark.slow
+@pytest.mark.e2e
 def test_second_clone_pulls_a_complete_result_that_audits_without_running_a_stage(
         person_b: tuple[Path, dict[str, str]], team: Team) -> None:
     repo, env = person_b
@@ -202,6 +203,7 @@ def artifact_names(client: object, run_id: str, path: str | None = None) -> list
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
@@ -237,6 +239,7 @@ def lock_md5(repo: Path, path: str) -> str:
                 if o["path"] == path)
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_replaced_model_object_in_the_remote_is_named_at_pull_and_by_the_audit(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
@@ -280,6 +283,7 @@ def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
 WHEN_RAN_TAGS = ("git.commit", "git.dirty", "dvc.lock.sha256")
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_audit(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
@@ -306,6 +310,7 @@ def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_au
     assert passed(audit(person_b[0], person_b[1], team.mlflow, "--run-id", replayed))
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_credentials_reach_no_param_tag_artifact_commit_or_console(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
@@ -323,6 +328,7 @@ def test_credentials_reach_no_param_tag_artifact_commit_or_console(
     assert f"in {redact_uri(with_password(team.mlflow))}" in person_a.console  # the [mlflow] line
 
 
+@pytest.mark.slow
 def test_test_servers_listen_on_loopback_only(team: Team) -> None:
     ports = [int(u.rsplit(":", 1)[1]) for u in (team.s3.endpoint, team.mlflow)]
     for port in ports:
@@ -348,6 +354,7 @@ def replay_env() -> dict[str, str]:
     return base_env() | {"PYTHONPATH": str(REPO)}
 
 
+@pytest.mark.slow
 def test_replay_without_an_argument_logs_the_params_pending_file_into_the_params_store(
         tmp_path: Path) -> None:
     pending = write_pending(tmp_path, f"http://127.0.0.1:{free_port()}")  # a dead address
@@ -361,6 +368,7 @@ def test_replay_without_an_argument_logs_the_params_pending_file_into_the_params
                                                                  "train.loss": 2.0}
 
 
+@pytest.mark.slow
 def test_replay_gives_up_at_its_stated_deadline_keeps_the_run_and_hides_the_password(
         tmp_path: Path) -> None:
     with socket.socket() as mute:  # accepts connections (backlog), never answers

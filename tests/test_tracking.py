@@ -20,8 +20,8 @@ from seqcore.artifacts.run_record import RunRecord
 
 from pipeline.tracking import (
     MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, param_items, tracking_uri)
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +102,7 @@ def test_env_tracking_uri_overrides_params_and_relative_sqlite_becomes_absolute(
     assert tracking_uri("sqlite:///mlflow.db") == "http://team:5000"
 
 
+@pytest.mark.slow
 def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
         tmp_path: Path, empty_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
@@ -123,6 +124,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     assert_run_matches(client, run.info.run_id, replace(record, uri=store), tmp_path)
 
 
+@pytest.mark.slow
 def test_run_logged_to_an_mlflow_server_reads_back_over_http(
         tmp_path: Path, empty_store: Path) -> None:
     port = free_port()

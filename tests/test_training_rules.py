@@ -12,43 +12,25 @@ import torch
 from torch import nn
 
 from seqcore.config import SequenceConfig, TrainConfig
-from seqcore.contract import SpecialIds
 from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.losses import sequence_loss
-from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.sequences import make_batch
 from seqcore.training.batch import mix_model_tokens
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TooManySkippedSteps, TrainLoop, autocast_context
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
+from tests.factories import IDS, examples, tiny_model
 
-IDS = SpecialIds(0, 1, 2, 3)
 NOLS = SequenceConfig(label_smoothing=0.0)
-
-
-def examples(n: int, seed: int = 0) -> list[Example]:
-    """Targets are the reversed sources shifted by one id: labels are checkable per row."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        src = torch.randint(4, 11, (int(torch.randint(1, 7, (1,), generator=g)),),
-                            generator=g).tolist()
-        out.append(Example(str(i), str(i), "", "", src, [t + 1 for t in src[::-1]], True))
-    return out
-
-
-def tiny_model(dropout: float = 0.0) -> Transformer:
-    torch.manual_seed(0)
-    return Transformer(TransformerShape(12, 12, 16, 2, 1, 1, 32, dropout, True, "sinusoidal",
-                                        True, 16, 0))
 
 
 def trainer(tmp_path: Path, data: list[Example], **train: object) -> TrainLoop:
     cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, **train})
-    return TrainLoop(tiny_model(), cfg, Seq2SeqFeed((data, []), IDS, NOLS, cfg),
+    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16).train()
+    return TrainLoop(model, cfg, Seq2SeqFeed((data, []), IDS, NOLS, cfg),
                      CheckpointDir(tmp_path / "ck", 2), {}, 16)
 
 
