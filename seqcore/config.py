@@ -129,7 +129,7 @@ class TransformerConfig:
     enc_layers: int = 2
     dec_layers: int = 2
     d_ff: int = 512
-    dropout: float = 0.1
+    dropout: float = 0.0
     norm_first: bool = True  # pre-LN (stable without long warmup); False = post-LN (Vaswani)
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     tie_embeddings: bool = True  # share target embedding and output projection
@@ -162,18 +162,18 @@ class TrainConfig:
 
     seed: int = 1234
     batch_size: int = 256  # sequences per micro-batch
-    bucket_width: int = 2  # target-length bucket width for batching
+    bucket_width: int = 1  # target-length bucket width for batching
     accum_steps: int = 1
-    max_steps: int = 4000
+    max_steps: int = 8000
     optimizer: Literal["adam", "adamw"] = "adam"
-    lr: float = 1.0  # peak lr for constant/cosine; scale factor for noam
-    schedule: Literal["noam", "constant", "cosine"] = "noam"
+    lr: float = 0.003  # peak lr for constant/cosine; scale factor for noam
+    schedule: Literal["noam", "constant", "cosine"] = "cosine"
     warmup_steps: int = 400
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     weight_decay: float = 0.0
     clip_norm: float = 1.0  # global L2 norm, after unscale and after all micro-batches; 0 = off
-    amp: Literal["none", "bf16", "fp16"] = "none"
+    amp: Literal["none", "bf16", "fp16"] = "bf16"
     max_consecutive_skips: int = 20
     eval_every: int = 500
     checkpoint_every: int = 500

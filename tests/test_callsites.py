@@ -42,7 +42,7 @@ SMALL = {"enc_layers": 1, "dec_layers": 1, "max_len": 16}
 
 def trainer(tmp_path: Path, data: list[Example], seq: SequenceConfig, dev: list[Example] = (),
             model: nn.Module | None = None, ids: SpecialIds = IDS, **train: object) -> TrainLoop:
-    cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
+    cfg = TrainConfig(**{"amp": "none", "batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, "clip_norm": 0.0, **train})
     return TrainLoop(model or tiny_model(pad=ids.pad, **SMALL).train(), cfg,
                      Seq2SeqFeed((data, list(dev)), ids, seq, cfg),

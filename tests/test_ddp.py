@@ -74,7 +74,7 @@ def test_every_example_is_seen_once_per_epoch_across_ranks() -> None:
 def _setup(task: str, accum: int, world: World) -> TrainLoop:
     """A tiny dropout-free model and data; identical on every rank (seeded alike)."""
     set_determinism(7, 1)
-    cfg = TrainConfig(batch_size=4, accum_steps=accum, max_steps=STEPS, lr=0.5,
+    cfg = TrainConfig(amp="none", batch_size=4, accum_steps=accum, max_steps=STEPS, lr=0.5,
                       warmup_steps=2, eval_every=100, checkpoint_every=100, threads=1,
                       clip_norm=0.05, bptt_len=4, eps=1e-3)
     if task == "s2s":

@@ -122,7 +122,7 @@ def test_loss_normalisation_trainer_accumulation_equals_one_big_batch(
     found = []
     for batch_size, accum in ((6, 1), (2, 3)):
         model = tiny_model("transformer").train()
-        cfg = TrainConfig(batch_size=batch_size, accum_steps=accum, clip_norm=0.0, max_steps=1,
+        cfg = TrainConfig(amp="none", batch_size=batch_size, accum_steps=accum, clip_norm=0.0, max_steps=1,
                           schedule="constant", lr=0.0, bucket_width=1)
         trainer = TrainLoop(model, cfg, Seq2SeqFeed((examples, []), ids, seq, cfg),
                             CheckpointDir(tmp_path / f"c{accum}", 1), {}, 16)

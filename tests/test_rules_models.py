@@ -110,7 +110,7 @@ def test_cached_decoding_matches_full_recompute(family: str, attention: str) -> 
 def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path: Path,
                                                            ids: SpecialIds) -> None:
     model = tiny_model(family).train()
-    cfg = TrainConfig(batch_size=8, max_steps=20, schedule="constant", lr=0.02, warmup_steps=1,
+    cfg = TrainConfig(amp="none", batch_size=8, max_steps=20, schedule="constant", lr=0.02, warmup_steps=1,
                       eval_every=20, checkpoint_every=20, bucket_width=8)
     ex = examples(40, seed=7, high=VOCAB, shift=0, lengths=(2, 5), reverse=False)
     trainer = TrainLoop(model, cfg, Seq2SeqFeed((ex, ex[:8]), ids, SequenceConfig(), cfg),

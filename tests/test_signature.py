@@ -75,7 +75,7 @@ def test_stage_stops_with_a_field_diff_when_the_stored_signature_differs(
 def clipped_grads(tmp_path: Path, clip_norm: float) -> list[torch.Tensor]:
     """The gradients one real training step leaves: 2 micro-batches, an enabled grad scaler
     (fp16's, at 2**12), the given clip threshold."""
-    cfg = TrainConfig(batch_size=2, accum_steps=2, bucket_width=100, schedule="constant",
+    cfg = TrainConfig(amp="none", batch_size=2, accum_steps=2, bucket_width=100, schedule="constant",
                       lr=1e-3, warmup_steps=0, threads=1, clip_norm=clip_norm)
     loop = TrainLoop(tiny_model(enc_layers=1, dec_layers=1, max_len=16).train(), cfg,
                      Seq2SeqFeed((examples(8, seed=7), []), IDS, SequenceConfig(), cfg),

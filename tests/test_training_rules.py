@@ -27,7 +27,7 @@ NOLS = SequenceConfig(label_smoothing=0.0)
 
 
 def trainer(tmp_path: Path, data: list[Example], **train: object) -> TrainLoop:
-    cfg = TrainConfig(**{"batch_size": 2, "bucket_width": 100, "schedule": "constant",
+    cfg = TrainConfig(**{"amp": "none", "batch_size": 2, "bucket_width": 100, "schedule": "constant",
                          "lr": 1e-3, "warmup_steps": 0, "threads": 1, **train})
     model = tiny_model(enc_layers=1, dec_layers=1, max_len=16).train()
     return TrainLoop(model, cfg, Seq2SeqFeed((data, []), IDS, NOLS, cfg),

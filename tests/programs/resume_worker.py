@@ -38,7 +38,7 @@ def train(work: str, task: str, accum: int, kill_step: int, kill_micro: int, lr:
     """Train ``task`` ("s2s" or "lm") in ``work``, resuming from its checkpoints; SIGKILL this
     process after step ``kill_step`` or at micro-batch ``kill_micro`` when they are > 0."""
     set_determinism(SEED, 1)
-    cfg = TrainConfig(batch_size=4, accum_steps=accum, max_steps=MAX_STEPS, lr=lr,
+    cfg = TrainConfig(amp="none", batch_size=4, accum_steps=accum, max_steps=MAX_STEPS, lr=lr,
                       warmup_steps=3, eval_every=4, checkpoint_every=CKPT_EVERY, keep_last=2,
                       threads=1, select="best_dev", bptt_len=4)
     if task == "s2s":
