@@ -201,10 +201,10 @@ class DecodeConfig:
     """Search or sampling settings: every choice that changes the output."""
 
     split: Literal["dev", "test"] = "test"
-    strategy: Literal["greedy", "beam", "sample"] = "greedy"
+    strategy: Literal["greedy", "beam", "sample"] = "beam"
     beam_size: int = 5
     n_best: int = 1
-    length_norm: Literal["none", "avg", "gnmt"] = "none"
+    length_norm: Literal["none", "avg", "gnmt"] = "gnmt"
     alpha: float = 0.6
     min_len: int = 0
     max_len: int = 32  # absolute cap on generated tokens, EOS included

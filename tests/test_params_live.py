@@ -141,7 +141,7 @@ LIVE: dict[str, Live] = {
     "train.bptt_len": Live("train", 8, LM),
     "train.threads": Live("train", 2),  # float sums split differently: last-bit changes
     "decode.split": Live("decode", "dev"),
-    "decode.strategy": Live("decode", "beam"),
+    "decode.strategy": Live("decode", "greedy"),
     "decode.beam_size": Live("decode", 2, BEAM),
     "decode.n_best": Live("decode", 2, BEAM),
     "decode.length_norm": Live("decode", "avg", BEAM),
