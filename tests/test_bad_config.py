@@ -59,7 +59,7 @@ CASES = [
      "params.yaml: model.transformer.dropout = 1.5: must be in [0, 1)"),
     ("fetch", with_overrides({"data": {"test_fraction": -0.5}}),
      "params.yaml: data.test_fraction = -0.5: must be in [0, 1)"),
-    ("fetch", with_line_after("  lr: 1.0", "  lrr: 0.5"),
+    ("fetch", with_line_after("  lr: 0.003", "  lrr: 0.5"),
      "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?"),
     ("prepare", "train:\n  lr: 1.0\n   lrr: 0.5\n",
      "params.yaml: not valid YAML at line 3, column 7: mapping values are not allowed here"),
