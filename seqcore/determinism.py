@@ -32,6 +32,13 @@ def device_kind(spec: str) -> str:
     return spec.split(":", 1)[0]
 
 
+def backend_for(kind: str, nproc: int) -> str:
+    """The collective backend of a run: none (1 process), nccl (CUDA) or gloo (CPU)."""
+    if nproc == 1:
+        return "none"
+    return "nccl" if kind == "cuda" else "gloo"
+
+
 def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
     """The device of a spec; under multi-process CUDA each rank takes ``cuda:local_rank``.
 

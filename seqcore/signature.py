@@ -94,8 +94,8 @@ def runtime_contract(cfg: Config) -> dict[str, Any]:
     ``train.device: auto`` resolves on the machine that asks; ``train.nproc`` (the world size)
     is in the contract as a train key.
     """
-    from seqcore.determinism import device_kind  # noqa: PLC0415 (imports torch)
-    from seqcore.training.distributed import backend_for  # noqa: PLC0415
+    # from determinism, not training: the stages before train sign without importing it
+    from seqcore.determinism import backend_for, device_kind  # noqa: PLC0415 (imports torch)
 
     kind = device_kind(cfg.train.device)
     return {"train.device_kind": kind, "train.backend": backend_for(kind, cfg.train.nproc)}

@@ -55,8 +55,21 @@ def imported_names(path: Path) -> set[str]:
     return names
 
 
+def task_pieces(module: str) -> list[str]:
+    """The task modules that stage module ``module`` (``pipeline.<stage>``) loads by name:
+    ``<package>.<stage>`` of every task (seqcore.tasks imports a stage's piece with importlib,
+    so no import statement names it)."""
+    from seqcore.tasks import PIECE_STAGES, TASKS  # noqa: PLC0415 (light: no torch)
+
+    stage = module.removeprefix("pipeline.")
+    if not module.startswith("pipeline.") or stage not in PIECE_STAGES:
+        return []
+    return sorted({f"{task.package}.{stage}" for task in TASKS.values()})
+
+
 def import_closure(entry: str) -> set[str]:
-    """Repository files (relative paths) loaded by importing module ``entry``."""
+    """Repository files (relative paths) loaded by importing module ``entry`` (and the task
+    pieces its stage asks for)."""
     todo, seen = [entry], set()
     while todo:
         name = todo.pop()
@@ -68,6 +81,7 @@ def import_closure(entry: str) -> set[str]:
                 continue
             seen.add(path)
             todo.extend(imported_names(path))
+            todo.extend(task_pieces(".".join(parts[:i])))
     return {str(p.relative_to(REPO)) for p in seen}
 
 

@@ -3,6 +3,8 @@ the lm task honours the parallel tasks' data policy and signs with their fields.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 import typing
 from pathlib import Path
@@ -12,8 +14,8 @@ import pytest
 from seqcore.config import Config, config_from_dict
 from seqcore.data.documents import Document
 from seqcore.signature import contract_fields, parse_signature
-from seqcore.tasks import TASKS, TaskError, get_task
-from seqcore.tasks.lm import lm_corpus
+from seqcore.tasks import PIECE_STAGES, TASKS, Task, TaskError, get_task
+from seqcore.tasks.lm.corpus import lm_corpus
 from seqcore.training.setups import lm_setup
 from tests.conftest import REPO
 from tests.test_signature import CONTRACT
@@ -42,6 +44,28 @@ def test_every_task_value_of_the_config_has_a_task() -> None:
     names = typing.get_args(typing.get_type_hints(Config)["task"])
     assert sorted(names) == sorted(TASKS)
     assert all(task.name == name for name, task in TASKS.items())
+
+
+#: stage -> the method of seqcore.tasks.Task that asks for its piece (named as in the module).
+PIECES = {"prepare": "scored_splits", "tokenizer": "coverage_problems",
+          "train": "training_setup", "decode": "decode", "evaluate": "evaluate"}
+
+
+@pytest.mark.parametrize("stage", PIECE_STAGES)
+def test_every_task_has_its_piece_for_every_stage_with_the_interface_arguments(
+        stage: str) -> None:
+    wanted = list(inspect.signature(getattr(Task, PIECES[stage])).parameters)[1:]  # no self
+    for task in TASKS.values():
+        piece = getattr(importlib.import_module(f"{task.package}.{stage}"), PIECES[stage])
+        assert list(inspect.signature(piece).parameters) == wanted, (task.name, stage)
+
+
+@pytest.mark.parametrize("stage", PIECE_STAGES)
+def test_a_stage_asks_its_task_only_for_its_own_piece(stage: str) -> None:
+    # tests/test_declared_reads.py declares <package>.<stage> for stage <stage> only
+    source = (REPO / "pipeline" / f"{stage}.py").read_text()
+    asked = {s for s, method in PIECES.items() if f".{method}(" in source}
+    assert asked == {stage}
 
 
 def test_stages_never_branch_on_the_task_name() -> None:

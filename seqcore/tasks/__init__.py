@@ -1,22 +1,87 @@
-"""Tasks behind one interface (seqcore.tasks.base.Task): the stages ask the task of
-params.yaml's ``task`` for their pieces and never branch on its name (STYLE rule 15).
+"""Tasks behind one interface: the stages ask the task of params.yaml's ``task`` for their
+pieces and never branch on its name (STYLE rule 15).
 
-Adding a task is adding one module with a Task subclass and one line in ``TASKS``
-(docs/tasks.md).
+A task is a small package with one module per stage that asks it for something, named after
+that stage: ``<package>.prepare``, ``.tokenizer``, ``.train``, ``.decode``, ``.evaluate``.
+:class:`Task` imports a stage's module only when that stage asks (importlib, by name), so each
+stage loads only its own piece: prepare and tokenizer never import training, model, decoding
+or metrics code (nor torch, in prepare), and editing training code leaves them fresh in
+``dvc status`` (issue 11). tests/test_declared_reads.py adds ``<package>.<stage>`` of every
+task to stage ``<stage>``'s import closure, so dvc.yaml declares exactly these modules.
+
+Adding a task is adding one package and one line in ``TASKS`` (docs/tasks.md). This module
+stays light: it is in the import closure of every stage that asks a task.
 """
 
 from __future__ import annotations
 
-from seqcore.g2p import is_illegal_phoneme
-from seqcore.tasks.base import Task, TaskError
-from seqcore.tasks.lm import LMTask
-from seqcore.tasks.parallel import ParallelTask
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
-#: params.yaml ``task`` -> the task object (the only place a task name chooses code).
+from seqcore.config import Config, DataConfig
+from seqcore.errors import OneLineError
+
+
+class TaskError(OneLineError, ValueError):
+    """A task cannot run with these inputs; the message says what to change (one line)."""
+
+
+#: The stages that ask a task for a piece; a task's package has one module per stage.
+PIECE_STAGES = ("prepare", "tokenizer", "train", "decode", "evaluate")
+
+
+@dataclass(frozen=True)
+class Task:
+    """The pieces of task ``name``, each read from ``<package>.<stage>`` when asked for.
+
+    The return types are the piece modules' (e.g. ``seqcore.training.setups.Setup`` for
+    ``training_setup``): naming them here would import the model side into every stage.
+    """
+
+    name: str
+    package: str
+
+    def piece(self, stage: str) -> ModuleType:
+        """The module of this task's piece for ``stage`` (imported now, once per process)."""
+        return importlib.import_module(f"{self.package}.{stage}")
+
+    def scored_splits(self, data: DataConfig) -> dict[str, float]:
+        """prepare: the prepared splits this task scores, with their ``data.*_fraction``;
+        prepare stops when one holds fewer than ``data.min_split_rows`` rows."""
+        return self.piece("prepare").scored_splits(data)
+
+    def coverage_problems(self, cfg: Config, coverage: dict[str, Any]) -> list[str]:
+        """tokenizer: one sentence per coverage figure (``seqcore.data.coverage.SplitCoverage``
+        by split) too poor to train on (none: go on)."""
+        return self.piece("tokenizer").coverage_problems(cfg, coverage)
+
+    def training_setup(self, cfg: Config, io: Any, device: Any, world: Any) -> Any:
+        """train: read the declared inputs and build the model, feed and training contract
+        (``io``: a seqcore.tasks.base.StageIO; returns a seqcore.training.setups.Setup)."""
+        return self.piece("train").training_setup(cfg, io, device, world)
+
+    def decode(self, cfg: Config, io: Any) -> None:
+        """decode: write ``predictions/<decode.split>.jsonl`` and its header.
+
+        Raises:
+            TaskError, DeviceUnavailable: the stage prints the message and stops.
+        """
+        self.piece("decode").decode(cfg, io)
+
+    def evaluate(self, cfg: Config, io: Any) -> Any:
+        """evaluate: write metrics, results, headline, buckets, details and report; return
+        the seqcore.tasks.base.Evaluated the stage builds the MLflow record from."""
+        return self.piece("evaluate").evaluate(cfg, io)
+
+
+#: params.yaml ``task`` -> the task (the only place a task name chooses code). g2p and
+#: parallel share the pair pieces; they differ in the target alphabet evaluate checks.
 TASKS: dict[str, Task] = {
-    "g2p": ParallelTask("g2p", is_illegal_phoneme),
-    "parallel": ParallelTask("parallel", None),
-    "lm": LMTask(),
+    "g2p": Task("g2p", "seqcore.tasks.parallel"),
+    "parallel": Task("parallel", "seqcore.tasks.parallel"),
+    "lm": Task("lm", "seqcore.tasks.lm"),
 }
 
 

@@ -1,9 +1,11 @@
-"""The task interface: what the stages ask of a task (STYLE rule 15, issue 11).
+"""The types the model-side pieces of a task share (STYLE rule 15, issue 11).
 
 A stage never branches on the task's name: it gets the task from :func:`seqcore.tasks.get_task`
-and asks it for the piece it needs. Each piece is one method here, in pipeline order. The idea
-is fairseq's ``FairseqTask`` (a task supplies its data, model, criterion and inference step),
-without its registry magic: the registry is one dict in ``seqcore/tasks/__init__.py``.
+and asks it for the piece it needs (one method of :class:`seqcore.tasks.Task` per stage, in
+pipeline order; each reads its piece from the task package's module named after the stage).
+The idea is fairseq's ``FairseqTask`` (a task supplies its data, model, criterion and
+inference step), without its registry magic: the registry is one dict in
+``seqcore/tasks/__init__.py``. prepare and tokenizer never import this module.
 
 What only the pipeline may do (print the contract signature and stop on a mismatch, show
 progress, print a line) the stage lends the task as a :class:`StageIO`: seqcore never
@@ -13,27 +15,15 @@ in :mod:`seqcore.artifacts`.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import torch
-
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
-from seqcore.config import Config, DataConfig
-from seqcore.data.coverage import SplitCoverage
-from seqcore.errors import OneLineError
-from seqcore.training.distributed import World
-from seqcore.training.setups import Setup
 
 T = TypeVar("T")
-
-
-class TaskError(OneLineError, ValueError):
-    """A task cannot run with these inputs; the message says what to change (one line)."""
 
 
 class StageIO(Protocol):
@@ -68,36 +58,3 @@ class Evaluated:
     header: PredictionsHeader
     pred_path: Path
     contract: TokenizerContract
-
-
-class Task(ABC):
-    """One task family's pieces, one method per stage that needs the task."""
-
-    #: The ``task`` value of params.yaml this object serves.
-    name: str
-
-    @abstractmethod
-    def scored_splits(self, data: DataConfig) -> dict[str, float]:
-        """prepare: the prepared splits this task scores, with their ``data.*_fraction``;
-        prepare stops when one holds fewer than ``data.min_split_rows`` rows."""
-
-    @abstractmethod
-    def coverage_problems(self, cfg: Config, coverage: dict[str, SplitCoverage]) -> list[str]:
-        """tokenizer: one sentence per coverage figure too poor to train on (none: go on)."""
-
-    @abstractmethod
-    def training_setup(self, cfg: Config, io: StageIO, device: torch.device,
-                       world: World) -> Setup:
-        """train: read the declared inputs and build the model, feed and training contract."""
-
-    @abstractmethod
-    def decode(self, cfg: Config, io: StageIO) -> None:
-        """decode: write ``predictions/<decode.split>.jsonl`` and its header.
-
-        Raises:
-            TaskError, DeviceUnavailable: the stage prints the message and stops.
-        """
-
-    @abstractmethod
-    def evaluate(self, cfg: Config, io: StageIO) -> Evaluated:
-        """evaluate: write metrics, results, headline, buckets, details and report."""

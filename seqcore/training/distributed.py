@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from seqcore.determinism import backend_for
 from seqcore.hashing import digest
 
 #: torchrun sets these in every worker (https://pytorch.org/docs/stable/elastic/run.html).
@@ -53,13 +54,6 @@ class World:
     def main(self) -> bool:
         """Rank 0: the one that logs, writes checkpoints and outputs."""
         return self.rank == 0
-
-
-def backend_for(kind: str, nproc: int) -> str:
-    """The collective backend of a run: none (1 process), nccl (CUDA) or gloo (CPU)."""
-    if nproc == 1:
-        return "none"
-    return "nccl" if kind == "cuda" else "gloo"
 
 
 def under_torchrun() -> bool:

@@ -1,0 +1,121 @@
+"""The pair tasks' piece of the evaluate stage: the predictions scored against the
+references, teacher-forced statistics, and every evaluate output.
+
+g2p and parallel differ here only: g2p's targets are ARPAbet, so its evaluation counts
+predicted tokens outside that alphabet (seqcore.g2p); a user's parallel data has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seqcore.artifacts.base import read_json
+from seqcore.artifacts.model_file import ModelFile, ModelMeta
+from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.reports import Headline, Metrics, Results
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
+from seqcore.config import Config
+from seqcore.contract import SpecialIds
+from seqcore.data.examples import read_examples
+from seqcore.determinism import set_determinism
+from seqcore.g2p import is_illegal_phoneme
+from seqcore.metrics import plots
+from seqcore.metrics.evaluation import (
+    EvalSpec, Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics,
+    teacher_metrics)
+from seqcore.metrics.nulls import null_undefined
+from seqcore.metrics.recompute import eval_spec as spec_of
+from seqcore.metrics.report import render_report, training_summary, write_csv
+from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
+from seqcore.tasks.base import Evaluated, StageIO
+from seqcore.tasks.parallel import contract_path
+from seqcore.training.distributed import checkpoint_folder_name
+
+
+#: The target alphabet check of each pair task (None: the task has no fixed alphabet).
+ALPHABETS: dict[str, Callable[[str], bool] | None] = {"g2p": is_illegal_phoneme,
+                                                       "parallel": None}
+
+
+def eval_spec(cfg: Config) -> EvalSpec:
+    """The evaluation settings: the ``evaluate`` section and the task's target alphabet."""
+    return spec_of(cfg, ALPHABETS[cfg.task])
+
+
+def evaluate(cfg: Config, io: StageIO) -> Evaluated:
+    """Score the predictions of ``decode.split``; write every evaluate output."""
+    split = cfg.decode.split
+    pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
+    header = PredictionsHeader.load(pred_path)
+    tc = TokenizerContract.load(contract_path(cfg))  # read once: signature, ids, record
+    sig = io.contract(header.signature, str(pred_path), tc)
+    set_determinism(cfg.train.seed, cfg.train.threads)
+    tf = teacher_forced(cfg, tc.special_ids, io)
+    rows = Predictions.load(pred_path).rows
+    result = evaluate_predictions(rows, eval_spec(cfg), tf[split])
+    coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
+    meta = ModelFile.load(cfg.paths.model).meta
+    metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
+               "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
+               "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
+               "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
+               **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
+    metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
+    write_outputs(cfg, metrics, result, header, io)
+    return Evaluated(metrics, sig, header, pred_path, tc)
+
+
+def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
+                  header: PredictionsHeader, io: StageIO) -> None:
+    """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs)
+    and report.md."""
+    details = Path(cfg.evaluate.details_dir)
+    numbers, texts = split_results(metrics)
+    Metrics(numbers).save(cfg.paths.metrics)
+    Results(texts).save(cfg.paths.results)
+    split = metrics["split"]
+    Headline(metrics[f"{split}_perplexity"], metrics["word_error_rate"],
+             metrics["token_error_rate"]).save(cfg.paths.headline)
+    write_csv(cfg.paths.buckets, result.buckets)
+    write_csv(details / "failure_rates.csv", failure_rate_table(result))
+    if result.groups:
+        write_csv(details / "groups.csv", result.groups)
+    plots.training_curve_png(Path(cfg.paths.train_log), details / "training_curve.png")
+    plots.bucket_png(result.buckets, details / "buckets.png")
+    plots.failure_png(failure_rate_table(result), details / "failure_rates.png")
+    rel = Path(details).relative_to(Path(cfg.paths.report).parent)
+    images = {t: str(rel / f) for t, f in (("training curve", "training_curve.png"),
+                                           ("metrics by length bucket", "buckets.png"),
+                                           ("failure-mode rates", "failure_rates.png"))}
+    Path(cfg.paths.report).write_text(render_report(
+        metrics, result, header.decode, eval_spec(cfg).rules.describe(), images,
+        training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
+        encoding="utf-8")
+
+
+def teacher_forced(cfg: Config, ids: SpecialIds,
+                   io: StageIO) -> dict[str, dict[str, TeacherStats]]:
+    """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
+    model = ModelFile.load(cfg.paths.model).build()
+    out: dict[str, dict[str, TeacherStats]] = {}
+    for split in ("dev", "test"):
+        examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
+            cfg.decode.batch_size
+        out[split] = {}
+        for chunk in io.chunks(examples, bs, f"evaluate: {split} teacher-forced NLL"):
+            out[split] |= teacher_forced_stats(model, list(chunk), ids, bs)
+    return out
+
+
+def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(numbers, texts): numbers go to metrics.json, texts (signatures, hashes) to
+    results.json, so `dvc exp show` and `dvc metrics diff` list numbers only."""
+    texts = {k: v for k, v in values.items() if isinstance(v, str)}
+    return {k: v for k, v in values.items() if k not in texts}, texts
+
+
+def checkpoint_folder(cfg: Config, meta: ModelMeta) -> str:
+    """The checkpoint folder the model came from (train keys it by its training contract)."""
+    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta.training_contract))
