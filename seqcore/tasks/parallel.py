@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
-from seqcore.artifacts.base import read_json
+from seqcore.artifacts.coverage import Coverage
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.predictions import Predictions, PredictionsHeader
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config, DataConfig, as_dict
 from seqcore.contract import SpecialIds
 from seqcore.data.coverage import SplitCoverage, coverage_problems
@@ -124,12 +125,12 @@ class ParallelTask(Task):
         tf = teacher_forced(cfg, tc.special_ids, io)
         rows = Predictions.load(pred_path).rows
         result = evaluate_predictions(rows, self.eval_spec(cfg), tf[split])
-        coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
+        coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
         meta = ModelFile.load(cfg.paths.model).meta
         metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
                    "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                    "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
-                   "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
+                   "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
                    **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
         metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
         self.write_outputs(cfg, metrics, result, header, io)
@@ -157,10 +158,10 @@ class ParallelTask(Task):
         images = {t: str(rel / f) for t, f in (("training curve", "training_curve.png"),
                                                ("metrics by length bucket", "buckets.png"),
                                                ("failure-mode rates", "failure_rates.png"))}
+        trained = TrainMetrics.load(cfg.paths.train_metrics)
         Path(cfg.paths.report).write_text(render_report(
             metrics, result, header.decode, self.eval_spec(cfg).rules.describe(), images,
-            training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
-            encoding="utf-8")
+            training_summary(trained, Path(cfg.paths.train_log))), encoding="utf-8")
 
 
 def teacher_forced(cfg: Config, ids: SpecialIds,
