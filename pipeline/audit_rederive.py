@@ -21,10 +21,11 @@ from typing import Any
 import torch
 
 from pipeline import decode, evaluate, prepare, tokenizer
-from pipeline.stage import read_json
+from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.reports import Metrics, Results
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
 from seqcore.training.checkpoint import CheckpointDir, load_blob
@@ -75,7 +76,7 @@ def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> lis
     split = cfg.decode.split
     pred = Path(cfg.paths.predictions) / f"{split}.jsonl"
     enc = Path(cfg.paths.encoded) / f"{split}.jsonl"
-    manifest = read_json(Path(cfg.paths.encoded) / "manifest.json")
+    manifest = EncodedManifest.load(manifest_path(cfg.paths.encoded))
 
     def lines(path: Path) -> int:
         with open(path, encoding="utf-8") as f:
@@ -83,7 +84,7 @@ def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> lis
 
     counts = {f"{enc} lines": lines(enc),
               f"{cfg.paths.encoded}/manifest.json counts.{split}.kept":
-                  manifest["counts"][split]["kept"],
+                  manifest.counts[split].kept,
               f"{pred} lines": lines(pred),
               f"{pred.with_suffix('.header.json')} rows": header.rows,
               f"{cfg.paths.metrics} {split}_sequences": metrics.count(f"{split}_sequences"),
@@ -111,11 +112,11 @@ def training_meta_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     """train_metrics.json and train_log.csv against the model file alone (no checkpoints here:
     they are the training machine's working state and are never pushed)."""
     tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
-    tm = read_json(tm_path)
+    tm = TrainMetrics.load(tm_path)
     want = {"steps": meta.step, "best_step": meta.best_step,
             "best_dev_nll": meta.best_dev_nll, "selected_step": meta.selected_step}
     diffs = [f"{tm_path}: field {k}: file has {a!r}, model file meta gives {b!r}"
-             for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
+             for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
     rows = _log_rows(log_path)
     last = float(rows[-1]["step"]) if rows else 0.0
     if last != meta.step:
@@ -131,7 +132,7 @@ def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     counters and the best dev NLL; the model file must hold the selected checkpoint's weights.
     """
     tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
-    tm = read_json(tm_path)
+    tm = TrainMetrics.load(tm_path)
     ckpt = CheckpointDir(checkpoint_folder(cfg), cfg.train.keep_last)
     if not ckpt.numbered():
         raise FileNotFoundError(f"no checkpoint in {ckpt.root} ({cfg.paths.results} checkpoints)")
@@ -159,7 +160,7 @@ def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
             "final_loss": history[-1][3] if history else None,
             "selected_step": chosen["state"]["step"]}
     diffs += [f"{tm_path}: field {k}: file has {a!r}, checkpoints and model file give {b!r}"
-              for k, a, b in field_differences({k: tm.get(k) for k in want}, want)]
+              for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
     meta_want = {k: want[k] for k in ("best_step", "best_dev_nll", "selected_step")}
     meta_want["step"] = st["step"]
     have = {"best_step": meta.best_step, "best_dev_nll": meta.best_dev_nll,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load, signature, write_json
+from pipeline.stage import load, signature
+from seqcore.artifacts.manifests import PreparedManifest, RawSource, manifest_path
 from seqcore.config import Config, as_dict
 from seqcore.data.prepare import prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
@@ -45,14 +46,11 @@ def run(cfg: Config) -> None:
         hashes[split] = sha256_file(path)
     write_rejects(Path(cfg.paths.rejects), prepared.rejects)
     summary = prepared.summary()
-    manifest = {"raw": {"path": str(raw), "sha256": sha256_file(raw), "source": d.source,
-                        "label": label},
-                # data.sha256 is fetch's business (and not a prepare param in dvc.yaml)
-                "settings": {k: v for k, v in as_dict(d).items() if k != "sha256"},
-                "sha256": hashes, "rejects_file": cfg.paths.rejects,
-                **summary}
-    write_json(out / "manifest.json", manifest)
-    print(f"[prepare] {summary['rows']} rejects={summary['rejects']}", file=sys.stderr)
+    # data.sha256 is fetch's business (and not a prepare param in dvc.yaml)
+    settings = {k: v for k, v in as_dict(d).items() if k != "sha256"}
+    PreparedManifest(RawSource(str(raw), sha256_file(raw), d.source, label), settings, hashes,
+                     cfg.paths.rejects, summary).save(manifest_path(out))
+    print(f"[prepare] {summary.rows} rejects={summary.rejects}", file=sys.stderr)
     signature(cfg, "prepare", upstream=False)
 
 

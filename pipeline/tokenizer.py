@@ -6,7 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import contract_path, load, read_json, signature, write_json
+from pipeline.stage import contract_path, load, signature
+from seqcore.artifacts.coverage import Coverage, SideVocab
+from seqcore.artifacts.manifests import (
+    EncodedManifest, PreparedManifest, RawSource, SplitCounts, manifest_path)
 from seqcore.artifacts.tokenizer_contract import TextNormalization, TokenizerContract
 from seqcore.config import Config
 from seqcore.contract import SpecialIds
@@ -22,11 +25,11 @@ from seqcore.tokenizer import (
 )
 
 
-def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> TokenizerContract:
+def train_tokenizers(cfg: Config, train: list[Pair], raw: RawSource) -> TokenizerContract:
     """Train both sides (resolving ``auto`` settings) and write tokenizer/contract.json."""
     t = cfg.tokenizer
     ids = SpecialIds(pad=t.pad_id, unk=t.unk_id, bos=t.bos_id, eos=t.eos_id)
-    where = [f"{raw['label']}:{p.line}" for p in train]
+    where = [f"{raw.label}:{p.line}" for p in train]
     texts = {"src": [p.source for p in train], "tgt": [p.target for p in train]}
     out = Path(cfg.paths.tokenizer)
     sides, checks = {}, {}
@@ -42,7 +45,7 @@ def train_tokenizers(cfg: Config, train: list[Pair], raw: dict) -> TokenizerCont
     contract = TokenizerContract(
         ids, (PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE),
         TextNormalization(cfg.data.normalization, cfg.data.casefold, cfg.data.casefold_target),
-        raw["sha256"], sides["src"], sides["tgt"], checks)
+        raw.sha256, sides["src"], sides["tgt"], checks)
     contract = contract.with_signature(contract_signature(cfg, contract))
     contract.save(contract_path(cfg))
     return contract
@@ -52,7 +55,7 @@ def run(cfg: Config) -> None:
     """Tokenizer models and contract, encoded splits and length rejects from prepared data."""
     seq = cfg.sequence
     prepared = Path(cfg.paths.prepared)
-    raw = read_json(prepared / "manifest.json")["raw"]
+    raw = PreparedManifest.load(manifest_path(prepared)).raw
     splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
     contract = train_tokenizers(cfg, splits["train"], raw)
     written = TokenizerContract.load(contract_path(cfg))  # read back, as every later stage
@@ -63,22 +66,18 @@ def run(cfg: Config) -> None:
     coverage: dict[str, SplitCoverage] = {}
     for split, pairs in splits.items():
         examples, rej = encode_pairs(pairs, toks.src, toks.tgt, seq.max_src_len,
-                                     seq.max_tgt_len, seq.overlong, raw["label"])
+                                     seq.max_tgt_len, seq.overlong, raw.label)
         write_examples(examples, encoded / f"{split}.jsonl")
         rejects += rej
-        counts[split] = {"read": len(pairs), "kept": len(examples),
-                         "truncated_targets": sum(not e.has_eos for e in examples),
-                         "rejects": count_rejects(rej)}
+        counts[split] = SplitCounts(len(pairs), len(examples),
+                                    sum(not e.has_eos for e in examples), count_rejects(rej))
         coverage[split] = split_coverage(pairs, examples, rej, toks.src, toks.tgt)
     write_rejects(Path(cfg.paths.length_rejects), rejects)
-    write_json(encoded / "manifest.json", {
-        "counts": counts, "rejects": count_rejects(rejects), "rejects_file":
-        cfg.paths.length_rejects, "max_src_len": seq.max_src_len,
-        "max_tgt_len": seq.max_tgt_len, "overlong": seq.overlong})
-    write_json(cfg.paths.coverage, {s: c.as_dict() for s, c in coverage.items()} | {
-        "tokenizer": {side: {"model_type": contract.side(side).model_type,
-                             "vocab_size": contract.side(side).vocab_size}
-                      for side in ("src", "tgt")}})
+    EncodedManifest(counts, count_rejects(rejects), cfg.paths.length_rejects, seq.max_src_len,
+                    seq.max_tgt_len, seq.overlong).save(manifest_path(encoded))
+    Coverage(coverage, {side: SideVocab(contract.side(side).model_type,
+                                        contract.side(side).vocab_size)
+                        for side in ("src", "tgt")}).save(cfg.paths.coverage)
     failed = {s: contract.round_trip[s].failed for s in ("src", "tgt")}
     rates = {s: {"src": f"{c.src.rate:.2%}", "tgt": f"{c.tgt.rate:.2%}"}
              for s, c in coverage.items()}

@@ -29,6 +29,7 @@ from typing import Any
 
 from pipeline.dvc_lock import upstream_lock_digest
 from seqcore import __version__
+from seqcore.artifacts.manifests import PreparedManifest, manifest_path
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
@@ -88,11 +89,12 @@ def param_items(params: dict[str, Any]) -> list[tuple[str, str]]:
 
 def contract_params(cfg: Config, tc: TokenizerContract, sig: str) -> dict[str, Any]:
     """Every parameter of the sequence contract, flattened with dotted names."""
-    prepared = Path(cfg.paths.prepared) / "manifest.json"
-    manifest = json.loads(prepared.read_text()) if prepared.exists() else {}
-    data = {f"data.prepared.sha256.{k}": v for k, v in manifest.get("sha256", {}).items()}
-    if "raw" in manifest:
-        data["data.raw.sha256"] = manifest["raw"]["sha256"]
+    prepared = manifest_path(cfg.paths.prepared)
+    data: dict[str, Any] = {}
+    if prepared.exists():
+        manifest = PreparedManifest.load(prepared)
+        data = {f"data.prepared.sha256.{k}": v for k, v in manifest.sha256.items()}
+        data["data.raw.sha256"] = manifest.raw.sha256
     return (flatten(as_dict(cfg))
             | {f"tokenizer.contract.{k}": v for k, v in flatten(tc.as_json()).items()}
             | data | derived_params(cfg) | {"contract.signature": sig})

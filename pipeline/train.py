@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from pipeline.stage import load, write_json
+from pipeline.stage import load
 from pipeline.task_io import PipelineIO
 from seqcore.artifacts.model_file import ModelMeta
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.environment import producing_environment
-from seqcore.metrics.nulls import null_undefined
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import LOG_COLUMNS, StepLog, TrainLoop
@@ -100,11 +100,9 @@ def main() -> None:
                      state.best_step, finite(state.best_dev), setup.contract,
                      producing_environment().as_dict())
     sha = setup.save(Path(cfg.paths.model), meta)
-    write_json(cfg.paths.train_metrics, null_undefined({
-        "steps": state.step, "tokens": state.tokens, "skipped_steps": state.skipped,
-        "best_step": state.best_step, "best_dev_nll": state.best_dev,
-        "final_loss": state.history[-1].loss if state.history else None,
-        "selected_step": selected_step, **setup.report()}))
+    TrainMetrics(state.step, state.tokens, state.skipped, state.best_step, state.best_dev,
+                 state.history[-1].loss if state.history else None, selected_step,
+                 setup.report()).save(cfg.paths.train_metrics)
     # Numbers only in the metrics file (`dvc exp show` columns); the model hash is in its
     # sidecar, and evaluate's results.json names the checkpoint folder.
     print(f"[train] model sha256 {sha}; checkpoints in {ckpt.root}", file=sys.stderr)

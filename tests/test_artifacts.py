@@ -6,21 +6,27 @@ read predictions through the artifact and never import the decoders: tests/test_
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from seqcore.artifacts.base import ArtifactError
+from seqcore.artifacts.coverage import Coverage, SideVocab, SplitCoverage, UnkStats
+from seqcore.artifacts.manifests import (
+    EncodedManifest, PrepareCounts, PreparedManifest, RawSource, SplitCounts)
 from seqcore.artifacts.model_file import LMInfo, ModelFile, ModelInfo, ModelMeta
 from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.tokenizer_contract import (
     RoundTrip, SideContract, TextNormalization, TokenizerContract)
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import ModelConfig, TransformerConfig
 from seqcore.contract import SpecialIds
 from seqcore.models.rnn_lm import RNNLMShape
+from tests.factories import REPO
 
 CONTRACT = TokenizerContract(
     SpecialIds(pad=0, unk=1, bos=2, eos=3), ("<pad>", "<unk>", "<s>", "</s>"),
@@ -180,4 +186,99 @@ def test_run_record_of_another_version_is_refused_in_one_line_naming_the_file(
     path.write_text(json.dumps([record(None).as_json() | {"schema_version": 2}]))
     with pytest.raises(ArtifactError, match="schema version 2") as err:
         RunRecord.load_all(path)
+    one_line_refusal(err, path)
+
+
+COVERAGE = Coverage(
+    {"train": SplitCoverage(UnkStats(9, 0, 40, 0), UnkStats(9, 1, 30, 2), 10, 9, 1),
+     "test": SplitCoverage(UnkStats(0, 0, 0, 0), UnkStats(0, 0, 0, 0), 0, 0, 0)},
+    {"src": SideVocab("char", 33), "tgt": SideVocab("word", 43)})
+
+PREPARED = PreparedManifest(
+    RawSource("data/raw/cmudict.dict", "d" * 64, "cmudict", "data/raw/cmudict.dict"),
+    {"source": "cmudict", "max_pairs": 400}, {"train": "a" * 64, "dev": "b" * 64},
+    "reports/data_rejects.tsv",
+    PrepareCounts(410, 400, 10, {"train": 360, "dev": 40}, {"train": 300, "dev": 35},
+                  {"dropped": {"empty target": 1}, "altered": {}}, {"sources_with_variants": 2}))
+
+ENCODED = EncodedManifest(
+    {"train": SplitCounts(360, 358, 1, {"dropped": {"source too long": 2}})},
+    {"dropped": {"source too long": 2}}, "reports/length_rejects.tsv", 32, 32, "drop")
+
+TRAINED = TrainMetrics(6, 1200, 0, 3, 1.25, 2.5, 3)
+LM_TRAINED = TrainMetrics(4, 80, 0, 0, math.inf, 3.0, 4, {"lm": {"dev_ppl_carried": 9.5,
+                                                                  "test_ppl_carried": math.nan}})
+
+
+@pytest.mark.parametrize("artifact", [COVERAGE, PREPARED, ENCODED, TRAINED],
+                         ids=["coverage", "prepared-manifest", "encoded-manifest",
+                              "train-metrics"])
+def test_data_and_training_records_read_back_what_they_write_in_the_stable_json_form(
+        artifact: Coverage | PreparedManifest | EncodedManifest | TrainMetrics,
+        tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    artifact.save(path)
+    assert type(artifact).load(path) == artifact
+    data = json.loads(path.read_text())
+    assert "schema_version" not in data  # unversioned files keep their bytes
+    assert path.read_text() == json.dumps(data, indent=2, sort_keys=True,
+                                          ensure_ascii=False) + "\n"
+
+
+def test_coverage_and_manifests_keep_their_file_layout(tmp_path: Path) -> None:
+    COVERAGE.save(tmp_path / "coverage.json")
+    data = json.loads((tmp_path / "coverage.json").read_text())
+    assert set(data) == {"train", "test", "tokenizer"}
+    assert data["train"]["tgt"] == {"rows": 9, "rows_with_unk": 1, "tokens": 30,
+                                    "unk_tokens": 2, "unk_rate": round(2 / 30, 6)}
+    assert data["train"]["drop_rate"] == 0.1 and data["test"]["src"]["unk_rate"] == 0.0
+    PREPARED.save(tmp_path / "prepared.json")
+    data = json.loads((tmp_path / "prepared.json").read_text())
+    assert data["raw"]["label"] == "data/raw/cmudict.dict"
+    assert data["rows"] == {"train": 360, "dev": 40} and data["cut_by_max_pairs"] == 10
+    ENCODED.save(tmp_path / "encoded.json")
+    assert json.loads((tmp_path / "encoded.json").read_text())["counts"]["train"]["kept"] == 358
+
+
+def test_undefined_training_figures_are_written_as_null_with_their_reason_and_kept_on_rewrite(
+        tmp_path: Path) -> None:
+    path = tmp_path / "train_metrics.json"
+    LM_TRAINED.save(path)
+    data = json.loads(path.read_text())
+    assert data["best_dev_nll"] is None and "no dev evaluation" in data[
+        "best_dev_nll_null_reason"]
+    assert data["lm"]["test_ppl_carried"] is None and data["lm"]["test_ppl_carried_null_reason"]
+    back = TrainMetrics.load(path)
+    assert back.best_dev_nll is None and back.report["lm"]["dev_ppl_carried"] == 9.5
+    before = path.read_bytes()
+    back.save(path)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["coverage.json", "train_metrics.json"])
+def test_committed_default_run_records_are_rewritten_to_the_same_bytes(
+        name: str, tmp_path: Path) -> None:
+    cls = {"coverage.json": Coverage, "train_metrics.json": TrainMetrics}[name]
+    committed = REPO / "reports" / name
+    cls.load(committed).save(tmp_path / name)
+    assert (tmp_path / name).read_bytes() == committed.read_bytes()
+
+
+@pytest.mark.parametrize("cls", [Coverage, PreparedManifest, EncodedManifest, TrainMetrics])
+def test_data_or_training_record_of_another_version_is_refused_in_one_line_naming_the_file(
+        cls: type, tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"schema_version": 2, "steps": 1}))
+    with pytest.raises(ArtifactError, match="schema version 2") as err:
+        cls.load(path)
+    one_line_refusal(err, path)
+
+
+@pytest.mark.parametrize("cls", [Coverage, PreparedManifest, EncodedManifest, TrainMetrics])
+def test_data_or_training_record_with_a_field_missing_is_refused_in_one_line_naming_the_file(
+        cls: type, tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"steps": 1, "tokenizer": {}, "counts": {}}))
+    with pytest.raises(ArtifactError, match="not a") as err:
+        cls.load(path)
     one_line_refusal(err, path)

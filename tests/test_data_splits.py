@@ -81,4 +81,4 @@ def test_cmudict_defaults_give_the_same_split_after_appending_1000_rows(
     joined = [p for p in new if p.group in split_of_group]
     assert len(joined) > 400  # most new pronunciations join a group that was kept before
     assert all(new_split[p.id] == split_of_group[p.group] for p in joined)
-    assert before.summary()["rows"]["train"] > 0.85 * before.read
+    assert before.summary().rows["train"] > 0.85 * before.read

@@ -17,6 +17,7 @@ import yaml
 
 from pipeline.progress import in_chunks
 from pipeline.tracking import run_name, split_counts
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import config_from_dict, flatten
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
@@ -62,8 +63,9 @@ def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path
         | {f"test_{k}": 1.5 for k in split_figures}
     log = tmp_path / "log.csv"
     log.write_text("step,epoch,tokens,tokens_per_s\n1,0,100,50\n2,1,100,100\n")
-    summary = training_summary({"steps": 2, "tokens": 200, "selected_step": 2, "best_step": 2,
-                                "best_dev_nll": 0.5}, log)
+    summary = training_summary(TrainMetrics(steps=2, tokens=200, skipped_steps=0, best_step=2,
+                                            best_dev_nll=0.5, final_loss=0.7,
+                                            selected_step=2), log)
     assert "2 steps, 2 epoch(s)" in summary[0] and "wall time 3 s" in summary[0]
     text = render_report(metrics, ev, {}, eval_spec(config_from_dict({}), is_illegal_phoneme).rules.describe(),
                          {}, summary)

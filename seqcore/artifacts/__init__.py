@@ -11,5 +11,9 @@ predictions`` pulls in no torch), so this package file imports none of them.
   :class:`PredictionsHeader`
 - reports: ``reports/metrics.json``, ``results.json``, ``headline.json`` -> :class:`Metrics`,
   :class:`Results`, :class:`Headline`
+- manifests: ``data/prepared/manifest.json`` and ``data/encoded/manifest.json`` ->
+  :class:`PreparedManifest`, :class:`EncodedManifest`
+- coverage: ``reports/coverage.json`` -> :class:`Coverage` (of :class:`SplitCoverage`)
+- train_metrics: ``reports/train_metrics.json`` -> :class:`TrainMetrics`
 - run_record: one MLflow run as plain data (kept in the pending file) -> :class:`RunRecord`
 """

@@ -3,39 +3,16 @@
 The tokenizer stage writes these figures and stops when one exceeds its ceiling
 (``tokenizer.max_unk_rate``, ``sequence.max_drop_rate``): a model trained on mostly-UNK
 targets or on a fraction of the rows is useless, and its metrics would not say so (issue 13).
+The figures are the plain data of :mod:`seqcore.artifacts.coverage` (the file's one reader and
+writer); this module computes them.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
-
+from seqcore.artifacts.coverage import SplitCoverage, UnkStats
 from seqcore.data.examples import Example
 from seqcore.data.records import Pair, Reject
 from seqcore.tokenizer import Tokenizer
-
-
-@dataclass(frozen=True)
-class UnkStats:
-    """UNK counts of one side of one split.
-
-    Attributes:
-        rows: texts encoded; rows_with_unk: those holding at least one UNK.
-        tokens: tokens of all texts (no BOS/EOS); unk_tokens: UNK tokens among them.
-    """
-
-    rows: int
-    rows_with_unk: int
-    tokens: int
-    unk_tokens: int
-
-    @property
-    def rate(self) -> float:
-        """UNK tokens per token (0.0 for no tokens: there is nothing uncovered)."""
-        return self.unk_tokens / self.tokens if self.tokens else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"unk_rate": round(self.rate, 6)}
 
 
 def unk_stats(tok: Tokenizer, texts: list[str]) -> UnkStats:
@@ -44,26 +21,6 @@ def unk_stats(tok: Tokenizer, texts: list[str]) -> UnkStats:
     encoded = [tok.encode(t) for t in texts]
     return UnkStats(len(texts), sum(unk in ids for ids in encoded),
                     sum(len(ids) for ids in encoded), sum(ids.count(unk) for ids in encoded))
-
-
-@dataclass(frozen=True)
-class SplitCoverage:
-    """Coverage of one split: UNK statistics per side and rows dropped for length."""
-
-    src: UnkStats
-    tgt: UnkStats
-    read: int
-    kept: int
-    dropped_for_length: int
-
-    @property
-    def drop_rate(self) -> float:
-        return self.dropped_for_length / self.read if self.read else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"src": self.src.as_dict(), "tgt": self.tgt.as_dict(), "read": self.read,
-                "kept": self.kept, "dropped_for_length": self.dropped_for_length,
-                "drop_rate": round(self.drop_rate, 6)}
 
 
 def split_coverage(pairs: list[Pair], examples: list[Example], rejects: list[Reject],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from seqcore.artifacts.manifests import PrepareCounts
 from seqcore.config import DataConfig
 from seqcore.data.readers import Format, read_pairs
 from seqcore.data.records import Pair, Reject, count_rejects, variant_counts
@@ -26,13 +26,13 @@ class Prepared:
     rejects: list[Reject]
     read: int
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> PrepareCounts:
         """The manifest's counts: rows and groups per split, rejects by action and reason."""
         kept = [p for s in SPLITS for p in self.splits[s]]
-        return {"read": self.read, "kept": len(kept), "cut_by_max_pairs": self.read - len(kept),
-                "rows": {s: len(self.splits[s]) for s in SPLITS},
-                "groups": {s: len({p.group for p in self.splits[s]}) for s in SPLITS},
-                "rejects": count_rejects(self.rejects), "variants": variant_counts(kept)}
+        return PrepareCounts(self.read, len(kept), self.read - len(kept),
+                             {s: len(self.splits[s]) for s in SPLITS},
+                             {s: len({p.group for p in self.splits[s]}) for s in SPLITS},
+                             count_rejects(self.rejects), variant_counts(kept))
 
 
 def input_format(source: str) -> Format:

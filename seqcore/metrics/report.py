@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.metrics.evaluation import Evaluation
 from seqcore.metrics.failures import KINDS
 
@@ -67,7 +68,7 @@ def _lead(metrics: dict[str, Any]) -> list[str]:
         f"| {name} | {fmt(metrics[k])} |" for name, k in lead if k in metrics]
 
 
-def training_summary(train_metrics: dict[str, Any], train_log: Path) -> list[str]:
+def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
     """Steps, epochs, wall time and the selected checkpoint, as Markdown lines.
 
     Wall time is the sum of tokens / (tokens per second) over the steps timed by this run;
@@ -80,11 +81,11 @@ def training_summary(train_metrics: dict[str, Any], train_log: Path) -> list[str
     epochs = int(float(rows[-1]["epoch"])) + 1 if rows else 0
     wall = (f"{sum(timed):.0f} s over the {len(timed)} steps timed by the last run"
             if timed else "not timed (every step was restored from a checkpoint)")
-    selected = train_metrics.get("selected_step", train_metrics.get("steps"))
-    return [f"Training: {train_metrics.get('steps')} steps, {epochs} epoch(s) started, "
-            f"{train_metrics.get('tokens')} target tokens; wall time {wall}; selected "
-            f"checkpoint: step {selected} (best dev NLL {fmt(train_metrics.get('best_dev_nll'))} "
-            f"at step {train_metrics.get('best_step')})."]
+    selected = train_metrics.selected_step
+    return [f"Training: {train_metrics.steps} steps, {epochs} epoch(s) started, "
+            f"{train_metrics.tokens} target tokens; wall time {wall}; selected "
+            f"checkpoint: step {selected} (best dev NLL {fmt(train_metrics.best_dev_nll)} "
+            f"at step {train_metrics.best_step})."]
 
 
 def _headline(metrics: dict[str, Any]) -> list[str]:

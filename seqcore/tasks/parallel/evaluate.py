@@ -11,11 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from seqcore.artifacts.base import read_json
+from seqcore.artifacts.coverage import Coverage
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.predictions import Predictions, PredictionsHeader
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
+from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
@@ -55,12 +56,12 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     tf = teacher_forced(cfg, tc.special_ids, io)
     rows = Predictions.load(pred_path).rows
     result = evaluate_predictions(rows, eval_spec(cfg), tf[split])
-    coverage = read_json(cfg.paths.coverage)[split]  # the tokenizer stage's UNK figures
+    coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
     meta = ModelFile.load(cfg.paths.model).meta
     metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
                "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
-               "source_unk": coverage["src"], "reference_unk": coverage["tgt"],
+               "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header, io)
@@ -91,7 +92,7 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
                                            ("failure-mode rates", "failure_rates.png"))}
     Path(cfg.paths.report).write_text(render_report(
         metrics, result, header.decode, eval_spec(cfg).rules.describe(), images,
-        training_summary(read_json(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
+        training_summary(TrainMetrics.load(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
         encoding="utf-8")
 
 
