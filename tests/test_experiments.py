@@ -30,8 +30,8 @@ from tests.test_evaluation import make_rows
 from tests.test_pipeline_e2e import dvc
 
 DOC = REPO / "docs/experiments.md"
-EXPERIMENTS = {"lr-half": ["-S", "train.lr=0.0015"],
-               "beam3": ["-S", "decode.length_norm=none", "-S", "decode.beam_size=3"]}
+EXPERIMENTS = {"lr-half": ["-S", "train.lr=0.5"],
+               "beam3": ["-S", "decode.strategy=beam", "-S", "decode.beam_size=3"]}
 
 
 def documented_exp_show() -> list[str]:
@@ -125,8 +125,8 @@ def test_each_temp_experiment_starts_from_the_baseline(exps: tuple[Path, dict[st
     shown = json.loads(dvc(repo, "exp", "show", "--json", "--no-pager").strip())
     params = {e["name"]: flatten(e["data"]["params"]["params.yaml"]["data"])
               for row in shown for x in row.get("experiments") or [] for e in x["revs"]}
-    assert params["lr-half"] == base | {"train.lr": 0.0015}
-    assert params["beam3"] == base | {"decode.length_norm": "none", "decode.beam_size": 3}
+    assert params["lr-half"] == base | {"train.lr": 0.5}
+    assert params["beam3"] == base | {"decode.strategy": "beam", "decode.beam_size": 3}
 
 
 @pytest.mark.slow
@@ -153,7 +153,7 @@ def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]])
     out = subprocess.run([shutil.which("dvc", path=env["PATH"]), *cmd[1:], "--no-pager"],
                          cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
     assert max(len(ln) for ln in out.splitlines()) <= 120 and "…" not in out, out
-    for column in ("wer", "per", "ppl", "train.lr", "decode.length_norm", "decode.beam_size",
+    for column in ("wer", "per", "ppl", "train.lr", "decode.strategy", "decode.beam_size",
                    "lr-half", "beam3"):
         assert column in out, column
     for name in ("headline.json", "metrics.json", "train_metrics.json"):
@@ -171,10 +171,10 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     assert exp.artifact_location == (repo / "mlruns/seqcore-g2p").as_uri()  # not in a temp dir
     runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
-    assert set(runs) == {next(n for n in runs if n.startswith("baseline-")), "lr-half lr=0.0015",
-                         "beam3 beam_size=3 length_norm=none"}
-    note = runs["lr-half lr=0.0015"].data.tags["mlflow.note.content"]
-    assert "WER" in note and "PER" in note and "`train.lr`: 0.003 → 0.0015" in note
+    assert set(runs) == {next(n for n in runs if n.startswith("baseline-")), "lr-half lr=0.5",
+                         "beam3 beam_size=3 strategy=beam"}
+    note = runs["lr-half lr=0.5"].data.tags["mlflow.note.content"]
+    assert "WER" in note and "PER" in note and "`train.lr`: 1.0 → 0.5" in note
     for run in runs.values():
         tags = run.data.tags
         assert {"mlflow.source.name", "mlflow.source.type", "mlflow.user",

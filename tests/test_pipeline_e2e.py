@@ -91,7 +91,7 @@ def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
 def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(tiny_repo: Path) -> None:
     params = tiny_repo / "params.yaml"
     good = params.read_text()
-    params.write_text(good.replace("  lr: 0.003\n", "  lr: 0.003\n  lrr: 0.5\n", 1))
+    params.write_text(good.replace("  lr: 1.0\n", "  lr: 1.0\n  lrr: 0.5\n", 1))
     res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}") or "dvc",
                           "repro"], cwd=tiny_repo, capture_output=True, text=True)
     params.write_text(good)
