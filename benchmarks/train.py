@@ -165,6 +165,7 @@ def padded_flops(cfg: Any, vocab: int, b: tuple[torch.Tensor, torch.Tensor, int,
 
 def build_loop(spec: dict[str, Any], tmp: str) -> tuple[Any, Any, int]:
     """(TrainLoop, config, target vocab) built as the train stage builds them."""
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
     from seqcore.data.examples import read_examples  # noqa: PLC0415
     from seqcore.determinism import set_determinism  # noqa: PLC0415
     from seqcore.training.checkpoint import CheckpointDir  # noqa: PLC0415
@@ -173,7 +174,7 @@ def build_loop(spec: dict[str, Any], tmp: str) -> tuple[Any, Any, int]:
 
     cfg = bench_config(spec["params"], spec)
     root = Path(spec["data_root"])
-    tc = json.loads((root / cfg.paths.tokenizer / "contract.json").read_text())
+    tc = TokenizerContract.load(root / cfg.paths.tokenizer / "contract.json")
     enc = root / cfg.paths.encoded
     data = (read_examples(enc / "train.jsonl"), [])
     set_determinism(cfg.train.seed, cfg.train.threads)
@@ -181,7 +182,7 @@ def build_loop(spec: dict[str, Any], tmp: str) -> tuple[Any, Any, int]:
     loop = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(Path(tmp), 1),
                      setup.contract, setup.d_model)
     setup.model.train()
-    return loop, cfg, tc["tgt"]["vocab_size"]
+    return loop, cfg, tc.tgt.vocab_size
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -189,7 +190,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         loop, cfg, vocab = build_loop(spec, tmp)
         if spec["loss_curve"]:
-            return {"losses": [loop.train_step()[3] for _ in range(spec["loss_curve"])]}
+            return {"losses": [loop.train_step().loss for _ in range(spec["loss_curve"])]}
         timers = Timers()
         feed = loop.feed
         feed.draw, feed.loss = timers.wrap("data", feed.draw), timers.wrap("forward", feed.loss)
@@ -205,8 +206,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         tokens, losses, t0 = 0, [], time.perf_counter()
         for _ in range(spec["steps"]):
             row = loop.train_step()
-            tokens += int(row[4])
-            losses.append(row[3])
+            tokens += int(row.tokens)
+            losses.append(row.loss)
         seconds = time.perf_counter() - t0
     timers.seconds["backward"] = seconds - sum(timers.seconds.values())
     s = torch.cat([b[0] for b in timers.batches])
@@ -248,15 +249,14 @@ def epoch_pad_share(params: str, data_root: str) -> tuple[float, float, int, flo
     """(target PAD share, source PAD share, batches, mean target tokens per batch) of the
     first epoch of the real bucketed batcher under params.yaml's batch settings."""
     from seqcore.config import load_config  # noqa: PLC0415
-    from seqcore.contract import SpecialIds  # noqa: PLC0415
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
     from seqcore.data.batching import epoch_batches  # noqa: PLC0415
     from seqcore.data.examples import read_examples  # noqa: PLC0415
-    from seqcore.training.batch import make_batch  # noqa: PLC0415
+    from seqcore.sequences import make_batch  # noqa: PLC0415
 
     cfg = load_config(params)
     root = Path(data_root)
-    tc = json.loads((root / cfg.paths.tokenizer / "contract.json").read_text())
-    ids = SpecialIds(**tc["special_ids"])
+    ids = TokenizerContract.load(root / cfg.paths.tokenizer / "contract.json").special_ids
     ex = read_examples(root / cfg.paths.encoded / "train.jsonl")
     tr = cfg.train
     real_t = pad_t = real_s = pad_s = 0
