@@ -24,7 +24,7 @@ from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.reports import Metrics, Results
-from seqcore.artifacts.train_log import LOG_COLUMNS, TrainLog
+from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
@@ -149,7 +149,7 @@ def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     chosen = load_blob(selected) if selected != last_path else last
     want = {"steps": st["step"], "tokens": st["tokens"], "skipped_steps": st["skipped"],
             "best_step": st["best_step"], "best_dev_nll": _finite(st["best_dev"]),
-            "final_loss": history[-1][3] if history else None,
+            "final_loss": StepLog(*history[-1]).loss if history else None,
             "selected_step": chosen["state"]["step"]}
     diffs += [f"{tm_path}: field {k}: file has {a!r}, checkpoints and model file give {b!r}"
               for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
