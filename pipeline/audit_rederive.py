@@ -9,7 +9,6 @@ whole with the workspace (``seqcore.compare``). Training is not redone here (tha
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 import math
 import os
@@ -25,11 +24,11 @@ from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.reports import Metrics, Results
+from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
 from seqcore.training.checkpoint import CheckpointDir, load_blob
-from seqcore.training.loop import LOG_COLUMNS
 
 #: Stages redone by the default audit, in pipeline order.
 REDERIVED: dict[str, Callable[[Config], Any]] = {
@@ -94,11 +93,6 @@ def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> lis
             for place, value in counts.items() if value != ref]
 
 
-def _log_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
-
-
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -117,8 +111,8 @@ def training_meta_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
             "best_dev_nll": meta.best_dev_nll, "selected_step": meta.selected_step}
     diffs = [f"{tm_path}: field {k}: file has {a!r}, model file meta gives {b!r}"
              for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
-    rows = _log_rows(log_path)
-    last = float(rows[-1]["step"]) if rows else 0.0
+    rows = TrainLog.load(log_path).rows
+    last = rows[-1].step if rows else 0
     if last != meta.step:
         diffs.append(f"{log_path}: last step: file has {last:g}, model file meta gives "
                      f"{meta.step}")
@@ -140,13 +134,11 @@ def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     last = load_blob(last_path)
     st, history = last["state"], last["history"]
     sides = (f"file {log_path}", f"checkpoint {last_path}")
-    rows = _log_rows(log_path)
+    rows = TrainLog.load(log_path).cells()  # the text of each cell, as written
     diffs = [] if len(rows) == len(history) else [
         f"{log_path}: {sides[0]} has {len(rows)} rows, {sides[1]} history has {len(history)}"]
-    columns = LOG_COLUMNS[: len(history[0])] if history else ()
     for i, (row, past) in enumerate(zip(rows, history)):
-        bad = [(c, row.get(c), str(v)) for c, v in zip(columns, past)
-               if c in row and row[c] != str(v)]
+        bad = [(c, a, str(v)) for c, a, v in zip(LOG_COLUMNS, row, past) if a != str(v)]
         if bad:
             c, a, b = bad[0]
             diffs.append(f"{log_path}: line {i + 2}, column {c}: {sides[0]} has {a!r}, "
@@ -157,7 +149,7 @@ def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     chosen = load_blob(selected) if selected != last_path else last
     want = {"steps": st["step"], "tokens": st["tokens"], "skipped_steps": st["skipped"],
             "best_step": st["best_step"], "best_dev_nll": _finite(st["best_dev"]),
-            "final_loss": history[-1][3] if history else None,
+            "final_loss": StepLog(*history[-1]).loss if history else None,
             "selected_step": chosen["state"]["step"]}
     diffs += [f"{tm_path}: field {k}: file has {a!r}, checkpoints and model file give {b!r}"
               for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]

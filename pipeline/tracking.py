@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import csv
 import getpass
 import io
 import json
@@ -32,6 +31,7 @@ from seqcore import __version__
 from seqcore.artifacts.manifests import PreparedManifest, manifest_path
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.run_record import RunRecord
+from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
 from seqcore.credentials import redact_text, redact_uri
@@ -102,10 +102,9 @@ def contract_params(cfg: Config, tc: TokenizerContract, sig: str) -> dict[str, A
 
 def train_curve(train_log: Path) -> list[tuple[str, int, float]]:
     """(metric, step, value) rows of the training log, for MLflow step metrics."""
-    with open(train_log, newline="") as f:
-        return [(name, int(float(row["step"])), float(row[col]))
-                for row in csv.DictReader(f) for name, col in TRAIN_CURVES
-                if row.get(col) not in (None, "") and math.isfinite(float(row[col]))]
+    return [(name, int(row.step), float(getattr(row, col)))
+            for row in TrainLog.load(train_log).rows for name, col in TRAIN_CURVES
+            if math.isfinite(getattr(row, col))]
 
 
 def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:

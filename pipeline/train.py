@@ -11,7 +11,6 @@ outputs.
 
 from __future__ import annotations
 
-import csv
 import math
 import sys
 from pathlib import Path
@@ -21,13 +20,14 @@ import torch
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
 from seqcore.artifacts.model_file import ModelMeta
+from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.environment import producing_environment
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import LOG_COLUMNS, StepLog, TrainLoop
+from seqcore.training.loop import TrainLoop
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
 
@@ -73,16 +73,10 @@ def main() -> None:
         return D.close_world(world)
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
-    log_path = Path(cfg.paths.train_log)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(LOG_COLUMNS)
-        writer.writerows(h.row() for h in trainer.state.history)
+    with TrainLog.writer(cfg.paths.train_log, trainer.state.history) as out:
 
         def log(e: StepLog, tokens_per_s: float) -> None:  # tokens/s: console only
-            writer.writerow(e.row())
-            f.flush()
+            out.append(e)
             if not sys.stderr.isatty() and e.step % cfg.train.log_every == 0:
                 print(f"[train] step {e.step:.0f} loss {e.loss:.4f} lr {e.lr:.2e} "
                       f"grad_norm {e.grad_norm:.3f} dev_nll {e.dev_nll:.4f} skipped "

@@ -5,6 +5,8 @@ read predictions through the artifact and never import the decoders: tests/test_
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -22,6 +24,7 @@ from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.tokenizer_contract import (
     RoundTrip, SideContract, TextNormalization, TokenizerContract)
+from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import ModelConfig, TransformerConfig
 from seqcore.contract import SpecialIds
@@ -282,3 +285,79 @@ def test_data_or_training_record_with_a_field_missing_is_refused_in_one_line_nam
     with pytest.raises(ArtifactError, match="not a") as err:
         cls.load(path)
     one_line_refusal(err, path)
+
+
+# -- the training log (reports/train_log.csv) ---------------------------------------------------
+
+STEPS = (StepLog(1, 0, 7.5e-06, 8.95240238734654, 1792, 6.378137588500977, 0, math.nan, 0.0),
+         StepLog(2, 0, 1.5e-05, 2.5, 2048, math.inf, 1, 1.0 / 3, 0.25),
+         StepLog(3, 1, 2.25e-05, 2.0, 1536, 0.5, 1, math.nan, 1e-20))
+
+
+def csv_writer_bytes(rows: tuple[StepLog, ...]) -> bytes:
+    """What the train stage wrote before the artifact: csv.writer of each StepLog's row."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(LOG_COLUMNS)
+    writer.writerows(r.row() for r in rows)
+    return out.getvalue().encode()
+
+
+def test_train_log_writes_the_bytes_of_csv_writer_and_reads_them_back_nan_cells_included(
+        tmp_path: Path) -> None:
+    path = tmp_path / "train_log.csv"
+    with TrainLog.writer(path, STEPS[:1]) as out:  # as the train stage: resumed rows, then new
+        for entry in STEPS[1:]:
+            out.append(entry)
+    assert path.read_bytes() == csv_writer_bytes(STEPS)
+    assert path.read_text().splitlines()[1].endswith(",nan,0.0")
+    back = TrainLog.load(path)
+    assert [r.row()[:7] + r.row()[8:] for r in back.rows] == [
+        r.row()[:7] + r.row()[8:] for r in STEPS]
+    assert math.isnan(back.rows[0].dev_nll) and back.rows[1].dev_nll == 1.0 / 3
+    assert [type(v) for v in back.rows[0].row()] == [type(v) for v in STEPS[0].row()]
+    assert back.cells() == TrainLog(STEPS).cells()  # the text the audit compares
+    back.save(tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_bytes() == path.read_bytes()
+
+
+def test_committed_train_log_is_rewritten_to_the_same_bytes(tmp_path: Path) -> None:
+    committed = REPO / "reports/train_log.csv"
+    log = TrainLog.load(committed)
+    assert log.tokens_per_s is None and log.rows[-1].step == len(log.rows)
+    log.save(tmp_path / "train_log.csv")
+    assert (tmp_path / "train_log.csv").read_bytes() == committed.read_bytes()
+
+
+def test_train_log_with_the_old_wall_clock_column_still_reads_and_rewrites_as_read(
+        tmp_path: Path) -> None:
+    path = tmp_path / "train_log.csv"
+    body = csv_writer_bytes(STEPS).decode().splitlines()
+    # before issue 12: a tokens_per_s column, absent on a row restored from a checkpoint
+    path.write_text("\n".join([body[0] + ",tokens_per_s", body[1], body[2] + ",812.5",
+                               body[3] + ",0.0"]) + "\n")
+    log = TrainLog.load(path)
+    assert log.tokens_per_s == (None, 812.5, 0.0) and log.rows[2].step == 3
+    log.save(tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_bytes() == path.read_bytes()
+
+
+HEADER = ",".join(LOG_COLUMNS)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("step,epoch,lr,loss,tokens,grad_norm,skipped,ss_prob\n1,0,0.1,2.0,10,1.0,0,0.0\n",
+     "missing ['dev_nll']"),
+    (HEADER + ",wall\n", "unknown ['wall']"),
+    (HEADER + "\n1,0,0.1,2.0,10,1.0,0,nan\n", "line 2, column ss_prob: '' is not a number"),
+    (HEADER + "\n1.5,0,0.1,2,10,1,0,nan,0\n", "line 2, column step: '1.5' is not an integer"),
+    ("", "missing ['step'")], ids=["missing-column", "unknown-column", "short-row",
+                                   "fractional-step", "empty"])
+def test_train_log_with_a_column_missing_or_a_bad_cell_is_refused_in_one_line_naming_the_file(
+        text: str, says: str, tmp_path: Path) -> None:
+    path = tmp_path / "train_log.csv"
+    path.write_text(text)
+    with pytest.raises(ArtifactError) as err:
+        TrainLog.load(path)
+    one_line_refusal(err, path)
+    assert says in str(err.value)

@@ -16,6 +16,7 @@ from seqcore.config import config_from_dict, flatten
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
 from seqcore.artifacts.predictions import PredictionRow, Predictions
+from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.g2p import ARPABET, is_illegal_phoneme
 from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.recompute import eval_spec, recompute_metrics
@@ -217,7 +218,8 @@ def test_plots_are_png_files_and_the_same_data_gives_the_same_bytes(tmp_path: Pa
 
     ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
     log = tmp_path / "log.csv"
-    log.write_text("step,loss,dev_nll\n1,3.0,nan\n2,2.0,2.5\n")
+    TrainLog((StepLog(1, 0, 1e-3, 3.0, 10, 1.0, 0, math.nan, 0.0),
+              StepLog(2, 0, 1e-3, 2.0, 10, 1.0, 0, 2.5, 0.0))).save(log)
     for name in ("a", "b"):
         plots.training_curve_png(log, tmp_path / name / "curve.png")
         plots.bucket_png(ev.buckets, tmp_path / name / "buckets.png")

@@ -15,5 +15,6 @@ predictions`` pulls in no torch), so this package file imports none of them.
   :class:`PreparedManifest`, :class:`EncodedManifest`
 - coverage: ``reports/coverage.json`` -> :class:`Coverage` (of :class:`SplitCoverage`)
 - train_metrics: ``reports/train_metrics.json`` -> :class:`TrainMetrics`
+- train_log: ``reports/train_log.csv`` -> :class:`TrainLog` (of :class:`StepLog`)
 - run_record: one MLflow run as plain data (kept in the pending file) -> :class:`RunRecord`
 """

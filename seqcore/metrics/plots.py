@@ -5,7 +5,6 @@ The same data is declared as DVC plots in dvc.yaml (`dvc plots show` renders it)
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
@@ -15,26 +14,20 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from seqcore.artifacts.train_log import TrainLog  # noqa: E402
+
 #: (column, axis title) of the bucket panels: the same series as dvc.yaml's bucket plots.
 BUCKET_SERIES = (("word_error_rate", "word error rate"),
                  ("token_error_rate", "token error rate (PER)"),
                  ("exposure_bias_gap", "exposure-bias gap"))
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
-
-
 def training_curve_png(train_log: Path, out: Path) -> None:
     """Training loss and dev NLL against the optimisation step."""
-    with open(train_log, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    rows = TrainLog.load(train_log).rows
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for col, style in (("loss", "-"), ("dev_nll", "o-")):
-        pts = [(_number(r["step"]), _number(r.get(col, ""))) for r in rows]
+        pts = [(float(r.step), float(getattr(r, col))) for r in rows]
         pts = [(s, v) for s, v in pts if not math.isnan(v)]
         if pts:
             ax.plot(*zip(*pts), style, label=col, markersize=3)

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.metrics.evaluation import Evaluation
 from seqcore.metrics.failures import KINDS
@@ -74,11 +75,10 @@ def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
     Wall time is the sum of tokens / (tokens per second) over the steps timed by this run;
     steps restored from a checkpoint carry no timing and are not counted.
     """
-    with open(train_log, encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    timed = [float(r["tokens"]) / float(r["tokens_per_s"]) for r in rows
-             if r.get("tokens_per_s") not in (None, "") and float(r["tokens_per_s"]) > 0]
-    epochs = int(float(rows[-1]["epoch"])) + 1 if rows else 0
+    log = TrainLog.load(train_log)
+    timed = [r.tokens / t for r, t in zip(log.rows, log.tokens_per_s or ())
+             if t is not None and t > 0]
+    epochs = int(log.rows[-1].epoch) + 1 if log.rows else 0
     wall = (f"{sum(timed):.0f} s over the {len(timed)} steps timed by the last run"
             if timed else "not timed (every step was restored from a checkpoint)")
     selected = train_metrics.selected_step

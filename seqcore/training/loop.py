@@ -24,43 +24,20 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
+# The log's row type is plain data in the artifact (the metrics read the log without training).
+from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog  # noqa: F401 (re-exported)
 from seqcore.config import TrainConfig
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
 from seqcore.training.feeds import Feed
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
-
-
-@dataclass(frozen=True)
-class StepLog:
-    """One optimisation step as logged in the training log (a DVC output) and in the
-    checkpoint's history: deterministic values only. Throughput is wall-clock time, so it
-    goes to the console and never into a tracked file (issue 12)."""
-
-    step: int
-    epoch: int
-    lr: float
-    loss: float  # the step's loss under sequence.loss_norm (label smoothing included)
-    tokens: int  # valid label tokens of the step, summed over ranks
-    grad_norm: float  # global L2 norm before clipping (not finite for a skipped step)
-    skipped: int  # skipped steps so far
-    dev_nll: float  # dev token NLL on an evaluation step, else NaN
-    ss_prob: float  # scheduled-sampling probability
-
-    def row(self) -> list[float]:
-        """The values in LOG_COLUMNS order: a CSV row, and the checkpoint's history format."""
-        return [getattr(self, name) for name in LOG_COLUMNS]
-
-
-#: Columns of the training log, in StepLog's field order.
-LOG_COLUMNS = tuple(f.name for f in fields(StepLog))
 
 
 class TooManySkippedSteps(RuntimeError):
