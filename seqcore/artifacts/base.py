@@ -46,6 +46,14 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_versioned(path: str | Path, kind: str, expected: int) -> dict[str, Any]:
+    """A JSON artifact's fields after checking its ``schema_version`` (absent: UNVERSIONED)
+    against ``expected``; the version field itself is removed."""
+    data = read_json(path)
+    check_version(path, kind, data.pop("schema_version", UNVERSIONED), expected)
+    return data
+
+
 def fields_error(path: str | Path, kind: str, err: Exception) -> ArtifactError:
     """A missing or unexpected field, as one line naming the file."""
     return ArtifactError(f"{path}: not a {kind} file this code reads ({type(err).__name__}: "

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, check_version, fields_error, read_json, write_json
+from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
 
 #: The key of the tokenizer table, next to the split names.
 TOKENIZER_KEY = "tokenizer"
@@ -98,9 +98,7 @@ class Coverage:
     @classmethod
     def load(cls, path: str | Path) -> Coverage:
         """Read and check a coverage file (ArtifactError naming it when unreadable)."""
-        data = read_json(path)
-        check_version(path, "coverage", data.pop("schema_version", UNVERSIONED),
-                      cls.SCHEMA_VERSION)
+        data = read_versioned(path, "coverage", cls.SCHEMA_VERSION)
         try:
             tokenizer = {side: SideVocab(**v) for side, v in data.pop(TOKENIZER_KEY).items()}
             return cls({s: SplitCoverage.from_dict(c) for s, c in data.items()}, tokenizer)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, check_version, fields_error, read_json, write_json
+from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
 
 #: The manifest's name inside its data folder (``paths.prepared``, ``paths.encoded``).
 MANIFEST = "manifest.json"
@@ -82,9 +82,7 @@ class PreparedManifest:
     @classmethod
     def load(cls, path: str | Path) -> PreparedManifest:
         """Read and check a prepared-data manifest (ArtifactError naming it when unreadable)."""
-        data = read_json(path)
-        check_version(path, "prepared manifest", data.pop("schema_version", UNVERSIONED),
-                      cls.SCHEMA_VERSION)
+        data = read_versioned(path, "prepared manifest", cls.SCHEMA_VERSION)
         try:
             counts = PrepareCounts(**{f.name: data.pop(f.name) for f in fields(PrepareCounts)})
             return cls(RawSource(**data.pop("raw")), counts=counts, **data)
@@ -127,9 +125,7 @@ class EncodedManifest:
     @classmethod
     def load(cls, path: str | Path) -> EncodedManifest:
         """Read and check an encoded-data manifest (ArtifactError naming it when unreadable)."""
-        data = read_json(path)
-        check_version(path, "encoded manifest", data.pop("schema_version", UNVERSIONED),
-                      cls.SCHEMA_VERSION)
+        data = read_versioned(path, "encoded manifest", cls.SCHEMA_VERSION)
         try:
             counts = {s: SplitCounts(**c) for s, c in data.pop("counts").items()}
             return cls(counts, **data)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, check_version, fields_error, read_json, write_json
+from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
 from seqcore.jsonl import read_jsonl, write_jsonl
 
 
@@ -72,9 +72,7 @@ class PredictionsHeader:
     def load(cls, predictions: str | Path) -> PredictionsHeader:
         """Read the header of the predictions file ``predictions``."""
         path = header_path(predictions)
-        data = read_json(path)
-        check_version(path, "predictions header", data.pop("schema_version", UNVERSIONED),
-                      cls.SCHEMA_VERSION)
+        data = read_versioned(path, "predictions header", cls.SCHEMA_VERSION)
         try:
             return cls(**data)
         except TypeError as err:

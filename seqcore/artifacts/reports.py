@@ -13,13 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, check_version, read_json, write_json
-
-
-def _load_table(path: str | Path, kind: str, expected: int) -> dict[str, Any]:
-    data = read_json(path)
-    check_version(path, kind, data.pop("schema_version", UNVERSIONED), expected)
-    return data
+from seqcore.artifacts.base import UNVERSIONED, read_versioned, write_json
 
 
 @dataclass(frozen=True)
@@ -40,7 +34,7 @@ class Metrics:
 
     @classmethod
     def load(cls, path: str | Path) -> Metrics:
-        return cls(_load_table(path, "metrics", cls.SCHEMA_VERSION))
+        return cls(read_versioned(path, "metrics", cls.SCHEMA_VERSION))
 
 
 @dataclass(frozen=True)
@@ -67,7 +61,7 @@ class Results:
 
     @classmethod
     def load(cls, path: str | Path) -> Results:
-        return cls(_load_table(path, "results", cls.SCHEMA_VERSION))
+        return cls(read_versioned(path, "results", cls.SCHEMA_VERSION))
 
 
 @dataclass(frozen=True)
@@ -91,5 +85,5 @@ class Headline:
 
     @classmethod
     def load(cls, path: str | Path) -> Headline:
-        data = _load_table(path, "headline", cls.SCHEMA_VERSION)
+        data = read_versioned(path, "headline", cls.SCHEMA_VERSION)
         return cls(data.get("ppl"), data.get("wer"), data.get("per"), "wer" in data)

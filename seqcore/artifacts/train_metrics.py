@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, check_version, fields_error, read_json, write_json
+from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
 from seqcore.metrics.nulls import NULL_REASON_SUFFIX, null_undefined
 
 
@@ -55,9 +55,7 @@ class TrainMetrics:
     @classmethod
     def load(cls, path: str | Path) -> TrainMetrics:
         """Read and check a training metrics file (ArtifactError naming it when unreadable)."""
-        data = read_json(path)
-        check_version(path, "train metrics", data.pop("schema_version", UNVERSIONED),
-                      cls.SCHEMA_VERSION)
+        data = read_versioned(path, "train metrics", cls.SCHEMA_VERSION)
         named = [f.name for f in fields(cls) if f.name not in ("report", "null_reasons")]
         reasons = {k: data.pop(k) for k in list(data) if k.endswith(NULL_REASON_SUFFIX)}
         try:
