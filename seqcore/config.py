@@ -133,6 +133,9 @@ class TransformerConfig:
     norm_first: bool = True  # pre-LN (stable without long warmup); False = post-LN (Vaswani)
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     tie_embeddings: bool = True  # share target embedding and output projection
+    # auto: PyTorch's scaled_dot_product_attention kernel (fused flash on CPU); math: its
+    # unfused reference (plain matmuls), faster on CPU for short sequences. Rounding differs.
+    attention_kernel: Literal["auto", "math"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,13 @@ NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
                 "device"}  # the device *kind* is in the contract (runtime_contract)
 
 
+#: Contract keys added after checkpoints already existed, with the value that reproduces the
+#: behaviour from before the key: at that value the key is left out of the training
+#: contract, so a checkpoint or model file written before it still resumes and compares equal.
+#: Any other value is in the contract like every key.
+ADDED_KEYS = {"model.transformer.attention_kernel": "auto"}
+
+
 def runtime_contract(cfg: Config) -> dict[str, Any]:
     """Where training runs, as far as it changes the numbers: the device kind (cpu/cuda) and
     the collective backend (none for one process, gloo on CPU, nccl on CUDA).
@@ -103,12 +110,14 @@ def runtime_contract(cfg: Config) -> dict[str, Any]:
 
 def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     """The part of a training contract every task shares: the flat params of ``sections``
-    (train keys in NOT_CONTRACT left out), then the runtime contract."""
+    (train keys in NOT_CONTRACT, and ADDED_KEYS at their old behaviour, left out), then the
+    runtime contract."""
     from seqcore.config import as_dict, flatten  # noqa: PLC0415
 
     tree = {k: as_dict(getattr(cfg, k)) for k in sections}
     flat = {k: v for k, v in flatten(tree).items()
-            if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)}
+            if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)
+            and ADDED_KEYS.get(k, object()) != v}
     flat.update(runtime_contract(cfg))
     return flat
 

@@ -108,6 +108,7 @@ LIVE: dict[str, Live] = {
     "model.transformer.norm_first": Live("train", False),
     "model.transformer.positions": Live("train", "learned"),
     "model.transformer.tie_embeddings": Live("train", False),
+    "model.transformer.attention_kernel": Live("train", "math"),
     "model.rnn.embed_dim": Live("train", 8, GRU),
     "model.rnn.hidden": Live("train", 8, GRU),
     "model.rnn.enc_layers": Live("train", 2, GRU),

@@ -148,3 +148,35 @@ def test_transformer_state_dicts_with_the_old_residual_names_still_load() -> Non
     fresh.load_state_dict(old)
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
                                                  model.state_dict().values(), strict=True))
+
+
+def attention_ops(model: EncoderDecoder) -> set[str]:
+    """The attention kernels (aten op names) one forward and backward pass of ``model`` runs."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    src, mask = pad_batch([[4, 5, 6, 7], [4, 5]], PAD)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(src, mask, torch.tensor([[2, 4, 5], [2, 6, 7]])).sum().backward()
+    return {e.key for e in prof.key_averages() if "attention" in e.key or e.key == "aten::bmm"
+            or e.key == "aten::matmul"}
+
+
+@pytest.mark.parametrize("kernel", ["auto", "math"])
+def test_attention_kernel_picks_the_fused_or_the_reference_computation(kernel: str) -> None:
+    """``model.transformer.attention_kernel``: auto runs PyTorch's fused CPU kernel, math runs
+    QK^T / softmax / AV as plain matmuls; the two agree to rounding."""
+    import dataclasses  # noqa: PLC0415
+
+    cfg = tiny_config("transformer")
+    cfg = dataclasses.replace(cfg, transformer=dataclasses.replace(cfg.transformer,
+                                                                   attention_kernel=kernel))
+    torch.manual_seed(0)
+    model = build_model(cfg, VOCAB, VOCAB, PAD, 64)
+    ops = attention_ops(model)
+    fused = any("flash_attention" in op for op in ops)
+    assert fused == (kernel == "auto"), ops
+    assert ("aten::_scaled_dot_product_attention_math" in ops) == (kernel == "math"), ops
+    reference = tiny_model("transformer")  # the same seed: the same weights, kernel auto
+    src, mask = pad_batch([[4, 5, 6, 7], [4, 5]], PAD)
+    tgt = torch.tensor([[2, 4, 5], [2, 6, 7]])
+    torch.testing.assert_close(model.eval()(src, mask, tgt), reference(src, mask, tgt))

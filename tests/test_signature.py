@@ -99,3 +99,22 @@ def test_derived_params_state_where_clipping_happens(cfg: Config, tmp_path: Path
     assert norm > 0.01
     for got, want in zip(clipped_grads(tmp_path, 0.01), full, strict=True):
         torch.testing.assert_close(got, want * (0.01 / norm), rtol=1e-3, atol=1e-9)
+
+
+def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviour(
+        cfg: Config) -> None:
+    """Checkpoints written before ``model.transformer.attention_kernel`` existed were trained
+    with ``auto``: at that value the key stays out of the contract so they still resume; any
+    other value is compared like every key."""
+    from seqcore.signature import ADDED_KEYS, training_contract  # noqa: PLC0415
+
+    assert ADDED_KEYS == {"model.transformer.attention_kernel": "auto"}
+    auto = training_contract(cfg, CONTRACT)
+    assert not any(k.endswith("attention_kernel") for k in auto)
+    math_cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+        cfg.model, transformer=dataclasses.replace(cfg.model.transformer,
+                                                   attention_kernel="math")))
+    math = training_contract(math_cfg, CONTRACT)
+    assert {k: v for k, v in math.items() if k not in auto} == {
+        "model.transformer.attention_kernel": "math"}
+    assert {k: v for k, v in math.items() if k in auto} == auto

@@ -24,7 +24,7 @@ def build_model(
             src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=t.d_model, n_heads=t.n_heads,
             enc_layers=t.enc_layers, dec_layers=t.dec_layers, d_ff=t.d_ff, dropout=t.dropout,
             norm_first=t.norm_first, positions=t.positions, tie_embeddings=t.tie_embeddings,
-            max_len=max_len, pad_id=pad_id,
+            max_len=max_len, pad_id=pad_id, attention_kernel=t.attention_kernel,
         ))
     from seqcore.models.rnn import RNNSeq2Seq, RNNShape  # noqa: PLC0415 (keeps import order flat)
 

@@ -1,6 +1,11 @@
 """Transformer encoder-decoder (Vaswani et al., 2017) with pre-LN by default (Xiong et al., 2020).
 
-Attention uses ``scaled_dot_product_attention`` with boolean masks from seqcore.contract.
+Attention uses ``scaled_dot_product_attention`` with boolean masks from seqcore.contract, with
+the kernel PyTorch picks (``attention_kernel: auto``; a fused flash kernel on CPU) or its
+unfused reference computation (``math``: QK^T, softmax, AV as plain matmuls). For the short
+sequences of G2P the math kernel trains faster on CPU (the fused CPU kernel's backward is
+slow: 33 % of a bf16 step at 2x2-256; docs/quality.md); the two differ in rounding, so the
+choice is part of the model contract.
 Incremental decoding keeps per-layer self-attention keys/values and computes the encoder
 memory's cross-attention keys/values once.
 """
@@ -15,6 +20,7 @@ from typing import Literal, Self
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seqcore.contract import attention_mask, causal_mask
 from seqcore.models.base import EncoderDecoder
@@ -37,6 +43,7 @@ class TransformerShape:
     tie_embeddings: bool
     max_len: int
     pad_id: int
+    attention_kernel: Literal["auto", "math"] = "auto"
 
 
 @dataclass
@@ -85,9 +92,10 @@ def sinusoidal_positions(positions: torch.Tensor, dim: int) -> torch.Tensor:
 class Attention(nn.Module):
     """Multi-head attention split into key/value projection and attending, for caching."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float,
+                 kernel: Literal["auto", "math"] = "auto") -> None:
         super().__init__()
-        self.n_heads, self.dropout = n_heads, dropout
+        self.n_heads, self.dropout, self.kernel = n_heads, dropout, kernel
         self.q = nn.Linear(d_model, d_model)
         self.kv = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
@@ -103,7 +111,11 @@ class Attention(nn.Module):
         """Queries from x (B, T, D) over k, v (B, H, S, Dh) with mask (B, 1, T, S) -> (B, T, D)."""
         q = self._heads(self.q(x))
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if self.kernel == "math":
+            with sdpa_kernel(SDPBackend.MATH):
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         b, h, t, dh = y.shape
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))  # (B, T, D)
 
@@ -160,7 +172,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, s: TransformerShape) -> None:
         super().__init__()
-        self.attn = Attention(s.d_model, s.n_heads, s.dropout)
+        self.attn = Attention(s.d_model, s.n_heads, s.dropout, s.attention_kernel)
         self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
         self.attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
         self.ff_residual = Residual(s.d_model, s.dropout, s.norm_first)
@@ -179,8 +191,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, s: TransformerShape) -> None:
         super().__init__()
-        self.self_attn = Attention(s.d_model, s.n_heads, s.dropout)
-        self.cross_attn = Attention(s.d_model, s.n_heads, s.dropout)
+        self.self_attn = Attention(s.d_model, s.n_heads, s.dropout, s.attention_kernel)
+        self.cross_attn = Attention(s.d_model, s.n_heads, s.dropout, s.attention_kernel)
         self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
         self.self_attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
         self.cross_attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
