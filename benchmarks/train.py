@@ -3,11 +3,12 @@
     python -m benchmarks.train --data-root /path/to/repo --peak-json /tmp/peak.json
     python -m benchmarks.train --shape 3x3-256-1024 --family transformer --amp none bf16
     python -m benchmarks.train --loss-curve 200 --shape 3x3-256-1024 --threads 2
+    python -m benchmarks.train --shape 3x3-256-1024 --attention-kernel auto math --amp bf16
 
 Every configuration (family x amp x threads) runs in a fresh process, so its peak resident
 memory (``ru_maxrss``) is its own. Each builds what ``dvc repro`` builds: params.yaml's config
-(``--shape``/``--rnn-shape``, ``--amp``, ``--threads`` replace model.transformer.* /
-model.rnn.*, train.amp and train.threads),
+(``--shape``/``--rnn-shape``, ``--attention-kernel``, ``--amp``, ``--threads`` replace
+model.transformer.* / model.rnn.*, train.amp and train.threads),
 ``seq2seq_setup`` (the model builder and the length-bucketed ``Seq2SeqFeed`` over the encoded
 training split), and the real ``TrainLoop``; it times ``--steps`` calls of
 ``TrainLoop.train_step`` after ``--warmup`` untimed ones (dev evaluation and checkpoints,
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import re
 import resource
@@ -84,6 +86,9 @@ def bench_config(params: str, spec: dict[str, Any]) -> Any:
         enc, dec, d, ff = spec["shape"]
         model = dataclasses.replace(model, transformer=dataclasses.replace(
             model.transformer, enc_layers=enc, dec_layers=dec, d_model=d, d_ff=ff))
+    if spec.get("kernel"):
+        model = dataclasses.replace(model, transformer=dataclasses.replace(
+            model.transformer, attention_kernel=spec["kernel"]))
     if spec["rnn_shape"]:
         enc, dec, e, h = spec["rnn_shape"]
         model = dataclasses.replace(model, rnn=dataclasses.replace(
@@ -96,7 +101,8 @@ def bench_config(params: str, spec: dict[str, Any]) -> Any:
 def shape_text(cfg: Any) -> str:
     if cfg.model.family == "transformer":
         t = cfg.model.transformer
-        return f"{t.enc_layers}x{t.dec_layers}-{t.d_model}-{t.d_ff} h{t.n_heads}"
+        return (f"{t.enc_layers}x{t.dec_layers}-{t.d_model}-{t.d_ff} h{t.n_heads} "
+                f"{t.attention_kernel}")
     r = cfg.model.rnn
     return f"{r.enc_layers}x{r.dec_layers}-e{r.embed_dim}-h{r.hidden} {r.attention}"
 
@@ -332,6 +338,9 @@ def main() -> None:
     parser.add_argument("--rnn-shape", type=parse_shape, default=None,
                         help="gru/lstm ENCxDEC-EMBED-HIDDEN, e.g. 1x1-128-256; default: "
                         "params.yaml's model.rnn")
+    parser.add_argument("--attention-kernel", nargs="+", default=[None],
+                        choices=["auto", "math"], help="Transformer attention kernels to "
+                        "compare; default: params.yaml's model.transformer.attention_kernel")
     parser.add_argument("--amp", nargs="+", default=["none", "bf16"], choices=["none", "bf16"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
@@ -364,12 +373,12 @@ def main() -> None:
           f"PAD {tgt_pad:.1%} of target positions, {src_pad:.1%} of source positions\n")
     results = []
     for family in args.family:
-        for amp in args.amp:
-            for threads in args.threads:
-                spec = {**base, "family": family, "amp": amp, "threads": threads,
-                        "peak": peaks.get(AMP_DTYPE[amp], {}).get(str(threads))}
-                results.append((spec, in_child(spec)))
-                print(throughput_table(results[-1:]).splitlines()[-1], flush=True)
+        kernels = args.attention_kernel if family == "transformer" else [None]
+        for kernel, amp, threads in itertools.product(kernels, args.amp, args.threads):
+            spec = {**base, "family": family, "kernel": kernel, "amp": amp, "threads": threads,
+                    "peak": peaks.get(AMP_DTYPE[amp], {}).get(str(threads))}
+            results.append((spec, in_child(spec)))
+            print(throughput_table(results[-1:]).splitlines()[-1], flush=True)
     print("\n#### throughput\n")
     print(throughput_table(results))
     print("\n#### time per step, by part\n")

@@ -27,12 +27,15 @@ def counted_and_analytic(model_section: dict) -> tuple[int, float]:
 
 
 @pytest.mark.parametrize("tie", [True, False])
-def test_transformer_flop_count_equals_torch_flop_counter(tie: bool) -> None:
+@pytest.mark.parametrize(("dropout", "kernel"), [(0.1, "auto"), (0.0, "math")])
+def test_transformer_flop_count_equals_torch_flop_counter(tie: bool, dropout: float,
+                                                          kernel: str) -> None:
     counted, analytic = counted_and_analytic({"family": "transformer", "transformer": {
         "d_model": 16, "n_heads": 2, "enc_layers": 2, "dec_layers": 3, "d_ff": 24,
-        "dropout": 0.1, "tie_embeddings": tie}})
-    # Dropout > 0 (as in training) takes SDPA's math path, whose matmuls the counter sees;
-    # without dropout the CPU flash-attention kernel runs and is not counted.
+        "dropout": dropout, "tie_embeddings": tie, "attention_kernel": kernel}})
+    # Dropout > 0 (as in training) or attention_kernel math takes SDPA's math path, whose
+    # matmuls the counter sees; auto without dropout runs the CPU flash-attention kernel,
+    # which the counter does not see.
     assert counted == analytic
 
 

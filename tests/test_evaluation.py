@@ -86,6 +86,8 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
              "repeated": [looped(h, n, k) for h in hyp],
              "illegal": [any(p.startswith("<") for p in r.pieces) or any(
                  t not in ARPABET for t in h) for r, h in zip(rows, hyp)]}
+    closest = [min((edits(tuple(h), tuple(c)), c != f, " ".join(c), len(c)) for c in refs[r.group])
+               for h, f, r in zip(hyp, ref, rows)]  # fewest edits, then own, then text order
     rep = grams = 0
     for h, f in zip(hyp, ref):
         hg = [tuple(h[i : i + n]) for i in range(len(h) - n + 1)]
@@ -102,6 +104,7 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
         "exact_match_multi_ref": sum(h in refs[r.group] for h, r in zip(hyp, rows)) / num,
         "token_error_rate": sum(edits(tuple(h), tuple(f)) for h, f in zip(hyp, ref))
         / sum(map(len, ref)),
+        "token_error_rate_multi_ref": sum(c[0] for c in closest) / sum(c[3] for c in closest),
         "char_error_rate": sum(edits(tuple(r.hypothesis), tuple(r.reference)) for r in rows)
         / sum(len(r.reference) for r in rows),
         "fr_token_accuracy": sum(m for m, _ in fr) / sum(t for _, t in fr),

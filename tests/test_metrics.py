@@ -73,6 +73,22 @@ def test_multi_reference_exact_counts_any_reference_of_the_group() -> None:
     assert error_stats("EH DH ER", "IY DH ER", references=refs).exact_multi == 0
 
 
+def test_multi_reference_per_scores_against_the_closest_reference_of_the_group() -> None:
+    refs = frozenset({"IY DH ER", "AY DH ER Z", "AY DH"})
+    st = error_stats("AY DH ER", "IY DH ER", references=refs)
+    # own reference 1 edit of 3; "AY DH ER Z" and "AY DH" are 1 edit too: ties keep the own
+    assert (st.token_edits, st.ref_tokens) == (1, 3)
+    assert (st.token_edits_multi, st.ref_tokens_multi) == (1, 3)
+    st = error_stats("AY DH ER Z", "IY DH ER", references=refs)  # equals a variant
+    assert (st.token_edits, st.token_edits_multi, st.ref_tokens_multi) == (2, 0, 4)
+    st = error_stats("AY", "IY DH ER", references=refs)  # "AY DH": 1 edit, closer than own (3)
+    assert (st.token_edits_multi, st.ref_tokens_multi) == (1, 2)
+    total = (error_stats("AY DH ER Z", "IY DH ER", references=refs)
+             + error_stats("AY", "IY DH ER", references=refs))
+    assert total.scores()["token_error_rate_multi_ref"] == pytest.approx(1 / 6)
+    assert total.scores()["token_error_rate"] == pytest.approx(5 / 6)
+
+
 @pytest.mark.parametrize(("length", "name"), [
     (0, "1-4"), (1, "1-4"), (4, "1-4"), (5, "5-6"), (6, "5-6"), (10, "9-10"), (11, ">10"),
 ])

@@ -148,6 +148,7 @@ def hypothesis_unk_rate(rows: list[PredictionRow]) -> dict[str, Any]:
 def prediction_metrics(ev: Evaluation) -> dict[str, Any]:
     """The part of metrics.json that follows from the predictions file alone."""
     keep = ("exact_match", "exact_match_multi_ref", "word_error_rate", "token_error_rate",
+            "token_error_rate_multi_ref",
             "char_error_rate", "fr_token_accuracy", "fr_accuracy_tokens", "examples", "bleu",
             "bleu_signature", "chrf", "chrf_signature", "ter", "ter_signature")
     failures: dict[str, Any] = {k: {"count": ev.failures[k]["count"],

@@ -19,6 +19,7 @@ REASONS: dict[str, str] = {
     "exact_match_multi_ref": "no examples in the split",
     "word_error_rate": "no examples in the split",
     "token_error_rate": "the references have no tokens",
+    "token_error_rate_multi_ref": "the closest references have no tokens",
     "char_error_rate": "the references have no characters",
     "fr_token_accuracy": "no examples in the split",
     "tf_token_accuracy": "no target tokens to score",

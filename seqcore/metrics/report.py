@@ -18,6 +18,7 @@ _HEADLINE = (
     ("exact_match", "sequences (`examples`); WER = 1 - exact_match"),
     ("exact_match_multi_ref", "sequences; any reference of the same group counts"),
     ("token_error_rate", "reference tokens (PER for G2P)"),
+    ("token_error_rate_multi_ref", "tokens of each sequence's closest reference in its group"),
     ("char_error_rate", "reference characters of the detokenised text, spaces included"),
     ("bleu", "sacrebleu corpus BLEU (`bleu_signature`)"),
     ("chrf", "sacrebleu corpus chrF (`chrf_signature`)"),
@@ -64,6 +65,7 @@ def _lead(metrics: dict[str, Any]) -> list[str]:
     split = metrics["split"]
     lead = (("WER (word error rate, 1 - exact_match)", "word_error_rate"),
             ("PER (phoneme/token error rate)", "token_error_rate"),
+            ("PER against the closest reference of the group", "token_error_rate_multi_ref"),
             (f"perplexity ({split}, teacher-forced, per target token)", f"{split}_perplexity"))
     return ["| headline | value |", "|---|---|"] + [
         f"| {name} | {fmt(metrics[k])} |" for name, k in lead if k in metrics]

@@ -33,6 +33,9 @@ class ErrorStats:
         exact: hypotheses equal to their own reference (token-wise).
         exact_multi: hypotheses equal to any reference of their group.
         token_edits, ref_tokens: Levenshtein distance over tokens and reference tokens.
+        token_edits_multi, ref_tokens_multi: the same against the closest reference of the
+            group (fewest edits; ties go to the pair's own reference, then to the first in
+            text order), the multi-reference PER that goes with multi-reference exact match.
         char_edits, ref_chars: Levenshtein distance over characters and reference characters.
         fr_matches, fr_tokens: free-running aligned matches and reference tokens + EOS.
     """
@@ -42,6 +45,8 @@ class ErrorStats:
     exact_multi: int = 0
     token_edits: int = 0
     ref_tokens: int = 0
+    token_edits_multi: int = 0
+    ref_tokens_multi: int = 0
     char_edits: int = 0
     ref_chars: int = 0
     fr_matches: int = 0
@@ -57,6 +62,8 @@ class ErrorStats:
                 "exact_match_multi_ref": ratio(self.exact_multi, self.n),
                 "word_error_rate": ratio(self.n - self.exact, self.n),
                 "token_error_rate": ratio(self.token_edits, self.ref_tokens),
+                "token_error_rate_multi_ref": ratio(self.token_edits_multi,
+                                                    self.ref_tokens_multi),
                 "char_error_rate": ratio(self.char_edits, self.ref_chars),
                 "fr_token_accuracy": ratio(self.fr_matches, self.fr_tokens)}
 
@@ -74,16 +81,22 @@ def error_stats(hypothesis: str, reference: str, eos: bool = True,
         hypothesis, reference: detokenised text; tokens are whitespace-separated. A UNK in the
             hypothesis (U+2047) never matches anything, a ``⁇`` in a reference included.
         eos: whether the decoder produced EOS (a truncated output has none to align).
-        references: every reference of the pair's group (multi-reference exact match);
-            the pair's own reference always counts.
+        references: every reference of the pair's group (multi-reference exact match and
+            PER); the pair's own reference always counts.
     """
     hypothesis = hypothesis.replace(UNK_SURFACE, UNK_MARK)
     h, r = hypothesis.split(), reference.split()
-    multi = h == r or any(h == other.split() for other in references)
+    edits = levenshtein(h, r)
+    closest = (edits, r)  # min keeps the first of equals: own reference, then text order
+    for other in sorted(references - {reference}):
+        o = other.split()
+        closest = min(closest, (levenshtein(h, o), o), key=lambda c: c[0])
+    multi = closest[0] == 0
     fr_h = h + ([EOS_MARK] if eos else [])
     return ErrorStats(
-        n=1, exact=int(h == r), exact_multi=int(multi), token_edits=levenshtein(h, r),
-        ref_tokens=len(r), char_edits=levenshtein(list(hypothesis), list(reference)),
+        n=1, exact=int(h == r), exact_multi=int(multi), token_edits=edits,
+        ref_tokens=len(r), token_edits_multi=closest[0], ref_tokens_multi=len(closest[1]),
+        char_edits=levenshtein(list(hypothesis), list(reference)),
         ref_chars=len(reference), fr_matches=aligned_matches(fr_h, r + [EOS_MARK]),
         fr_tokens=len(r) + 1)
 
