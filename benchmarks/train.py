@@ -364,8 +364,8 @@ def main() -> None:
           f"{args.steps} timed steps after {args.warmup}; peak from "
           f"{args.peak_json or 'each process (1024^3 torch.mm)'}\n")
     if args.loss_curve:
-        specs = [{**base, "family": f, "threads": args.threads[0], "peak": 1.0}
-                 for f in args.family]
+        specs = [{**base, "family": f, "kernel": args.attention_kernel[0],
+                  "threads": args.threads[0], "peak": 1.0} for f in args.family]
         print(loss_curve_table(specs, args.loss_curve, args.tolerance))
         return
     tgt_pad, src_pad, n, per_batch = epoch_pad_share(args.params, args.data_root)
