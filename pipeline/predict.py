@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from pipeline.stage import contract_path, signature, tokenizer_contract
+from pipeline.stage import signature, tokenizer_contract
 from seqcore.artifacts.model_file import ModelFile
 from seqcore.config import ConfigError, load_config
 from seqcore.data.examples import Example
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     model, meta = saved.build(), saved.meta
     tc = tokenizer_contract(cfg)
     signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc)
-    toks = load_tokenizers(contract_path(cfg), meta.tokenizer_sha256(), tc)
+    toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
     checked = [check_source(line, toks.text, toks.src, meta.max_src_len)
                for line in lines]
     good = [i for i, c in enumerate(checked) if not c.problem]

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqcore.artifacts.base import read_json, write_json  # noqa: F401 (the stages' JSON)
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.errors import OneLineError
 from seqcore.signature import contract_signature, signature_diff
@@ -45,16 +43,12 @@ def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any)
         sys.__excepthook__(kind, err, tb)
 
 
-def contract_path(cfg: Config) -> Path:
-    return Path(cfg.paths.tokenizer) / "contract.json"
-
-
 def tokenizer_contract(cfg: Config) -> TokenizerContract:
     """The tokenizer stage's contract (read once per stage and passed on)."""
     # imported here: the class pulls in torch, which fetch, prepare and validate never need
     from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
 
-    return TokenizerContract.load(contract_path(cfg))
+    return TokenizerContract.load(cfg.paths.tokenizer_contract)
 
 
 def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import contract_path, load, signature
+from pipeline.stage import load, signature
 from seqcore.artifacts.coverage import Coverage, SideVocab
 from seqcore.artifacts.manifests import (
     EncodedManifest, PreparedManifest, RawSource, SplitCounts, manifest_path)
@@ -47,7 +47,7 @@ def train_tokenizers(cfg: Config, train: list[Pair], raw: RawSource) -> Tokenize
         TextNormalization(cfg.data.normalization, cfg.data.casefold, cfg.data.casefold_target),
         raw.sha256, sides["src"], sides["tgt"], checks)
     contract = contract.with_signature(contract_signature(cfg, contract))
-    contract.save(contract_path(cfg))
+    contract.save(cfg.paths.tokenizer_contract)
     return contract
 
 
@@ -58,9 +58,9 @@ def run(cfg: Config) -> None:
     raw = PreparedManifest.load(manifest_path(prepared)).raw
     splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
     contract = train_tokenizers(cfg, splits["train"], raw)
-    written = TokenizerContract.load(contract_path(cfg))  # read back, as every later stage
-    signature(cfg, "tokenizer", contract.signature, str(contract_path(cfg)), contract=written)
-    toks = load_tokenizers(contract_path(cfg), contract=written)
+    written = TokenizerContract.load(cfg.paths.tokenizer_contract)  # read back, as every later stage
+    signature(cfg, "tokenizer", contract.signature, str(cfg.paths.tokenizer_contract), contract=written)
+    toks = load_tokenizers(cfg.paths.tokenizer_contract, contract=written)
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}
     coverage: dict[str, SplitCoverage] = {}

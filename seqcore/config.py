@@ -61,6 +61,11 @@ class PathsConfig:
     report: str = "reports/report.md"
     mlflow_pending: str = "reports/mlflow_pending.json"
 
+    @property
+    def tokenizer_contract(self) -> Path:
+        """``<tokenizer>/contract.json``: what the tokenizer stage hands every later stage."""
+        return Path(self.tokenizer) / "contract.json"
+
 
 @dataclass(frozen=True)
 class DataConfig:

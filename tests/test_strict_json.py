@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stage import write_json
+from seqcore.artifacts.base import write_json
 from seqcore.config import config_from_dict
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.artifacts.predictions import PredictionRow, Predictions

@@ -8,12 +8,3 @@ fixed alphabet. This module stays light: prepare imports it.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-
-from seqcore.config import Config
-
-
-def contract_path(cfg: Config) -> Path:
-    """``tokenizer/contract.json``."""
-    return Path(cfg.paths.tokenizer) / "contract.json"

@@ -18,7 +18,6 @@ from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import StageIO
-from seqcore.tasks.parallel import contract_path
 from seqcore.tokenizer import load_tokenizers
 
 
@@ -30,9 +29,9 @@ def decode(cfg: Config, io: StageIO) -> None:
     """
     saved = ModelFile.load(cfg.paths.model)
     model, meta = saved.build(), saved.meta
-    tc = TokenizerContract.load(contract_path(cfg))
+    tc = TokenizerContract.load(cfg.paths.tokenizer_contract)
     sig = io.contract(meta.signature, cfg.paths.model, tc)
-    toks = load_tokenizers(contract_path(cfg), meta.tokenizer_sha256(), tc)
+    toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
     ids, tgt_tok = toks.ids, toks.tgt
     if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
         raise TaskError(

@@ -31,7 +31,6 @@ from seqcore.metrics.recompute import eval_spec as spec_of
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.tasks.base import Evaluated, StageIO
-from seqcore.tasks.parallel import contract_path
 from seqcore.training.distributed import checkpoint_folder_name
 
 
@@ -50,7 +49,7 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     split = cfg.decode.split
     pred_path = Path(cfg.paths.predictions) / f"{split}.jsonl"
     header = PredictionsHeader.load(pred_path)
-    tc = TokenizerContract.load(contract_path(cfg))  # read once: signature, ids, record
+    tc = TokenizerContract.load(cfg.paths.tokenizer_contract)  # read once: signature, ids, record
     sig = io.contract(header.signature, str(pred_path), tc)
     set_determinism(cfg.train.seed, cfg.train.threads)
     tf = teacher_forced(cfg, tc.special_ids, io)

@@ -10,7 +10,6 @@ from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
 from seqcore.data.examples import read_examples
 from seqcore.tasks.base import StageIO
-from seqcore.tasks.parallel import contract_path
 from seqcore.training.distributed import World
 from seqcore.training.setups import Setup, seq2seq_setup
 
@@ -19,6 +18,6 @@ def training_setup(cfg: Config, io: StageIO, device: torch.device, world: World)
     """Read the encoded train/dev splits and the tokenizer contract; build the setup."""
     enc = Path(cfg.paths.encoded)
     data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
-    tc = TokenizerContract.load(contract_path(cfg))
+    tc = TokenizerContract.load(cfg.paths.tokenizer_contract)
     sig = io.contract(tc.signature, f"{cfg.paths.tokenizer}/contract.json", tc)
     return seq2seq_setup(cfg, tc, sig, data, device, world)
