@@ -58,9 +58,10 @@ def run(cfg: Config) -> None:
     raw = PreparedManifest.load(manifest_path(prepared)).raw
     splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
     contract = train_tokenizers(cfg, splits["train"], raw)
-    written = TokenizerContract.load(cfg.paths.tokenizer_contract)  # read back, as every later stage
-    signature(cfg, "tokenizer", contract.signature, str(cfg.paths.tokenizer_contract), contract=written)
-    toks = load_tokenizers(cfg.paths.tokenizer_contract, contract=written)
+    path = cfg.paths.tokenizer_contract
+    written = TokenizerContract.load(path)  # read back, as every later stage
+    signature(cfg, "tokenizer", contract.signature, str(path), contract=written)
+    toks = load_tokenizers(path, contract=written)
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}
     coverage: dict[str, SplitCoverage] = {}

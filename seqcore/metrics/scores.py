@@ -86,16 +86,15 @@ def error_stats(hypothesis: str, reference: str, eos: bool = True,
     """
     hypothesis = hypothesis.replace(UNK_SURFACE, UNK_MARK)
     h, r = hypothesis.split(), reference.split()
-    edits = levenshtein(h, r)
-    closest = (edits, r)  # min keeps the first of equals: own reference, then text order
-    for other in sorted(references - {reference}):
-        o = other.split()
-        closest = min(closest, (levenshtein(h, o), o), key=lambda c: c[0])
-    multi = closest[0] == 0
+    candidates = [r] + [other.split() for other in sorted(references - {reference})]
+    distances = [levenshtein(h, c) for c in candidates]
+    best = distances.index(min(distances))  # the first of equals: own, then text order
+    edits, multi = distances[0], distances[best] == 0
     fr_h = h + ([EOS_MARK] if eos else [])
     return ErrorStats(
         n=1, exact=int(h == r), exact_multi=int(multi), token_edits=edits,
-        ref_tokens=len(r), token_edits_multi=closest[0], ref_tokens_multi=len(closest[1]),
+        ref_tokens=len(r), token_edits_multi=distances[best],
+        ref_tokens_multi=len(candidates[best]),
         char_edits=levenshtein(list(hypothesis), list(reference)),
         ref_chars=len(reference), fr_matches=aligned_matches(fr_h, r + [EOS_MARK]),
         fr_tokens=len(r) + 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Literal, Self
 
@@ -111,10 +112,7 @@ class Attention(nn.Module):
         """Queries from x (B, T, D) over k, v (B, H, S, Dh) with mask (B, 1, T, S) -> (B, T, D)."""
         q = self._heads(self.q(x))
         p = self.dropout if self.training else 0.0
-        if self.kernel == "math":
-            with sdpa_kernel(SDPBackend.MATH):
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        else:
+        with sdpa_kernel(SDPBackend.MATH) if self.kernel == "math" else nullcontext():
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         b, h, t, dh = y.shape
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))  # (B, T, D)
