@@ -94,6 +94,7 @@ def bench_config(params: str, spec: dict[str, Any]) -> Any:
         model = dataclasses.replace(model, rnn=dataclasses.replace(
             model.rnn, enc_layers=enc, dec_layers=dec, embed_dim=e, hidden=h))
     train = dataclasses.replace(cfg.train, amp=spec["amp"], threads=spec["threads"],
+                                batch_size=spec.get("batch_size") or cfg.train.batch_size,
                                 max_steps=max(cfg.train.max_steps, spec["steps"] + 1))
     return dataclasses.replace(cfg, model=model, train=train)
 
@@ -223,7 +224,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     hw_flops = sum(padded_flops(cfg, vocab, b) for b in timers.batches)
     padded_t = sum(b[1].numel() * b[3] for b in timers.batches)
     params = sum(p.numel() for p in loop.model.parameters())
-    return {"shape": shape_text(cfg), "params": params, "seconds": seconds,
+    return {"shape": shape_text(cfg), "params": params, "batch_size": cfg.train.batch_size,
+            "seconds": seconds,
             "steps": spec["steps"], "tgt_tokens": tokens, "src_tokens": int(s.sum()),
             "tgt_pad_share": 1 - float(t.sum()) / padded_t, "model_flops": model_flops,
             "hw_flops": hw_flops, "flop_check": check, "parts": timers.seconds,
@@ -275,15 +277,15 @@ def epoch_pad_share(params: str, data_root: str) -> tuple[float, float, int, flo
 
 
 def throughput_table(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    lines = ["| family | shape | params | amp | threads | tgt tok/s | src+tgt tok/s | "
+    lines = ["| family | shape | params | amp | threads | batch | tgt tok/s | src+tgt tok/s | "
              "step ms | model GFLOP/s | peak GFLOP/s | MFU | HFU | tgt PAD | peak RSS MiB |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for spec, r in results:
         sec = r["seconds"]
         rate = r["model_flops"] / sec / 1e9
         lines.append(
             f"| {spec['family']} | {r['shape']} | {r['params'] / 1e6:.2f} M | {spec['amp']} | "
-            f"{spec['threads']} | {r['tgt_tokens'] / sec:.0f} | "
+            f"{spec['threads']} | {r['batch_size']} | {r['tgt_tokens'] / sec:.0f} | "
             f"{(r['tgt_tokens'] + r['src_tokens']) / sec:.0f} | {1000 * sec / r['steps']:.0f} | "
             f"{rate:.1f} | {r['peak']:.1f} | {rate / r['peak']:.0%} | "
             f"{r['hw_flops'] / sec / 1e9 / r['peak']:.0%} | {r['tgt_pad_share']:.1%} | "
@@ -341,6 +343,9 @@ def main() -> None:
     parser.add_argument("--attention-kernel", nargs="+", default=[None],
                         choices=["auto", "math"], help="Transformer attention kernels to "
                         "compare; default: params.yaml's model.transformer.attention_kernel")
+    parser.add_argument("--batch-size", type=int, nargs="+", default=[None],
+                        help="train.batch_size values (words per batch) to compare; default: "
+                        "params.yaml's")
     parser.add_argument("--amp", nargs="+", default=["none", "bf16"], choices=["none", "bf16"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
@@ -374,8 +379,10 @@ def main() -> None:
     results = []
     for family in args.family:
         kernels = args.attention_kernel if family == "transformer" else [None]
-        for kernel, amp, threads in itertools.product(kernels, args.amp, args.threads):
-            spec = {**base, "family": family, "kernel": kernel, "amp": amp, "threads": threads,
+        for kernel, batch, amp, threads in itertools.product(kernels, args.batch_size, args.amp,
+                                                             args.threads):
+            spec = {**base, "family": family, "kernel": kernel, "batch_size": batch, "amp": amp,
+                    "threads": threads,
                     "peak": peaks.get(AMP_DTYPE[amp], {}).get(str(threads))}
             results.append((spec, in_child(spec)))
             print(throughput_table(results[-1:]).splitlines()[-1], flush=True)

@@ -76,12 +76,19 @@ def shift_targets(
         rows_lab.append(labels)
         rows_in.append(([ids.bos] + list(y))[: len(labels)])
     width = max((len(r) for r in rows_lab), default=0)
-    inputs = torch.full((len(targets), width), ids.pad, dtype=torch.long)
-    labels_t = torch.full((len(targets), width), IGNORE_INDEX, dtype=torch.long)
-    for i, (r_in, r_lab) in enumerate(zip(rows_in, rows_lab)):
-        inputs[i, : len(r_in)] = torch.tensor(r_in, dtype=torch.long)
-        labels_t[i, : len(r_lab)] = torch.tensor(r_lab, dtype=torch.long)
+    inputs = right_padded(rows_in, width, ids.pad)
+    labels_t = right_padded(rows_lab, width, IGNORE_INDEX)
     return TeacherForcing(inputs=inputs, labels=labels_t, mask=labels_t != IGNORE_INDEX)
+
+
+def right_padded(rows: list[list[int]], width: int, fill: int) -> torch.Tensor:
+    """(B, width) long tensor of the rows, each filled on the right to ``width``.
+
+    One tensor from one padded list: a tensor per row and a copy into place cost more than
+    the model's non-matmul work on a small batch (issue 17).
+    """
+    flat = [[*r, *([fill] * (width - len(r)))] for r in rows]
+    return torch.tensor(flat, dtype=torch.long).reshape(len(rows), width)
 
 
 def pad_batch(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,9 +99,7 @@ def pad_batch(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
         mask: (B, S) bool, True on real tokens.
     """
     width = max((len(s) for s in seqs), default=0)
-    tokens = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        tokens[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    tokens = right_padded(seqs, width, pad_id)
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
     return tokens, padding_mask(lengths, width)
 

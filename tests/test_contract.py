@@ -51,6 +51,16 @@ def test_truncated_target_gets_no_eos_label(ids: SpecialIds) -> None:
     assert ids.eos not in tf.labels.tolist()[0]
 
 
+@pytest.mark.parametrize("rows", [[[5, 6, 7], [8], []], [[], []], []])
+def test_pad_batch_pads_every_row_on_the_right_to_the_longest(rows: list[list[int]]) -> None:
+    tokens, mask = pad_batch(rows, pad_id=0)
+    width = max(map(len, rows), default=0)
+    assert tokens.dtype == torch.long and tokens.shape == (len(rows), width)
+    for row, got, real in zip(rows, tokens.tolist(), mask.tolist(), strict=True):
+        assert got == row + [0] * (width - len(row))
+        assert real == [True] * len(row) + [False] * (width - len(row))
+
+
 def test_causal_mask_shows_diagonal_and_hides_future() -> None:
     m = causal_mask(3)
     assert m.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
