@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -359,43 +360,70 @@ def redacted_console(uri: str) -> Iterator[None]:
         sys.stderr.write(redact_text(err.getvalue(), (uri,)))
 
 
-def log_or_keep(record: RunRecord, pending: Path) -> str | None:
-    """Log the run; on any tracking failure keep the record in ``pending`` and warn once."""
-    # MLflow's default (7 retries, exponential backoff) keeps an unreachable server busy for
-    # minutes; the run is kept anyway, so fail sooner unless the user chose otherwise.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+def log_or_keep(record: RunRecord, pending: Path, seconds: float | None = None) -> str | None:
+    """Log the run within ``seconds``; on any tracking failure, or when the store does not
+    answer in time, keep the record in ``pending`` and warn once.
+
+    ``seconds`` defaults to ``SEQCORE_MLFLOW_SECONDS`` from the environment, else
+    ``LOG_SECONDS``: a store that accepts connections and never answers must not hold the
+    stage (MLflow's own retries and per-request timeouts add up to many minutes).
+    """
+    if seconds is None:
+        seconds = float(os.environ.get("SEQCORE_MLFLOW_SECONDS", LOG_SECONDS))
+    for name, value in STORE_HTTP_ENV.items():
+        os.environ.setdefault(name, value)
     uri = record.uri
     try:
-        with redacted_console(uri):
+        with redacted_console(uri), deadline(seconds):
             rid = log_run(record)
-    except Exception as err:  # noqa: BLE001 (any store failure must not fail the pipeline)
+    except (Exception, StoreDeadline) as err:  # noqa: BLE001 (no store failure fails the run)
         kept = RunRecord.load_all(pending) if pending.exists() else []
         # The replay resolves the store again (as a run does), so the address kept here is
         # for people only, and without its credentials.
         RunRecord.save_all(pending, kept + [replace(record, uri=redact_uri(uri))])
-        print(redact_text(f"WARNING: MLflow store {uri} unreachable ({type(err).__name__}: "
-                          f"{err}); run kept in {pending}; log it later with "
-                          "`python -m pipeline.tracking --replay`", (uri,)), file=sys.stderr)
+        why = (f"did not answer within {seconds:g} s" if isinstance(err, StoreDeadline)
+               else f"unreachable ({type(err).__name__}: {err})")
+        print(redact_text(f"WARNING: MLflow store {uri} {why}; run kept in {pending}; log it "
+                          "later with `python -m pipeline.tracking --replay`", (uri,)),
+              file=sys.stderr)
         return None
     print(f"[mlflow] run {rid} in {redact_uri(uri)} (experiment {record.experiment})",
           file=sys.stderr)
     return rid
 
 
-#: How long a replay tries before it gives up (``--timeout``), and the HTTP client's settings
-#: under it unless the environment says otherwise: MLflow's defaults (7 retries, 120 s per
-#: request) kept an unreachable server busy for over 4 minutes (#15).
+#: How long logging a run (``SEQCORE_MLFLOW_SECONDS``) and a replay (``--timeout``) try before
+#: they give up, and the HTTP client's settings under them unless the environment says
+#: otherwise: MLflow's defaults (7 retries, 120 s per request) kept an unreachable server busy
+#: for over 4 minutes (#15).
+LOG_SECONDS = 120.0
 REPLAY_SECONDS = 60.0
-REPLAY_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+STORE_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 
-class ReplayDeadline(BaseException):
-    """The replay's time is up. A BaseException, so that the retry loops of MLflow's HTTP
+class StoreDeadline(BaseException):
+    """The store's time is up. A BaseException, so that the retry loops of MLflow's HTTP
     client and SQLAlchemy store (which catch Exception) cannot swallow it."""
 
 
 def _deadline(signum: int, frame: Any) -> None:
-    raise ReplayDeadline
+    raise StoreDeadline
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise StoreDeadline in the block after ``seconds`` of wall time (main thread only;
+    elsewhere the block runs unbounded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, _deadline)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def replay(pending: Path, uri: str, seconds: float) -> int:
@@ -411,23 +439,19 @@ def replay(pending: Path, uri: str, seconds: float) -> int:
     print(f"replaying {len(records)} run(s) from {pending} into {redact_uri(uri)} "
           f"(giving up after {seconds:g} s)", file=sys.stderr)
     done, start = 0, time.monotonic()
-    old = signal.signal(signal.SIGALRM, _deadline)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        for record in records:
-            with redacted_console(uri):
-                rid = log_run(replace(record, uri=uri))
-            done += 1
-            print(f"logged run {rid} ({record.run_name})", file=sys.stderr)
-    except ReplayDeadline:
+        with deadline(seconds):
+            for record in records:
+                with redacted_console(uri):
+                    rid = log_run(replace(record, uri=uri))
+                done += 1
+                print(f"logged run {rid} ({record.run_name})", file=sys.stderr)
+    except StoreDeadline:
         print(f"gave up after {time.monotonic() - start:.0f} s: {redact_uri(uri)} did not "
               "answer in time (raise --timeout to wait longer)", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 (any store failure keeps the runs)
         print(redact_text(f"still unreachable: {type(err).__name__}: {err}", (uri,)),
               file=sys.stderr)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
     left = records[done:]
     if left:
         RunRecord.save_all(pending, left)
@@ -452,7 +476,7 @@ def main() -> None:
     if not pending.exists():
         print(f"nothing pending ({pending} does not exist)")
         return
-    for name, value in REPLAY_HTTP_ENV.items():
+    for name, value in STORE_HTTP_ENV.items():
         os.environ.setdefault(name, value)
     sys.exit(1 if replay(pending, tracking_uri(cfg.mlflow.tracking_uri), args.timeout) else 0)
 

@@ -102,6 +102,25 @@ def test_env_tracking_uri_overrides_params_and_relative_sqlite_becomes_absolute(
     assert tracking_uri("sqlite:///mlflow.db") == "http://team:5000"
 
 
+def test_a_store_that_never_answers_is_given_up_at_the_stated_deadline_and_the_run_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "300")  # one request would outlast it
+    monkeypatch.setenv("SEQCORE_MLFLOW_SECONDS", "3")
+    pending = tmp_path / "reports" / "mlflow_pending.json"
+    with socket.socket() as mute:  # accepts connections (backlog), never answers
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        record = make_record(f"http://127.0.0.1:{mute.getsockname()[1]}", n_params=3)
+        start = time.monotonic()
+        assert log_or_keep(record, pending) is None
+        took = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert 3 <= took < 30, took
+    assert err.count("WARNING") == 1 and "did not answer within 3 s" in err, err
+    assert RunRecord.load_all(pending) == [record]
+
+
 @pytest.mark.slow
 def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
         tmp_path: Path, empty_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
