@@ -41,6 +41,8 @@ from seqcore.environment import environment_diffs as environment_differences
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.signature import contract_signature, training_contract
+from seqcore.tasks.lm.corpus import lm_documents
+from seqcore.training.setups import lm_setup
 
 def dvc_status() -> list[str]:
     """``dvc status`` (in-process): every stage DVC itself considers changed."""
@@ -58,30 +60,54 @@ def dvc_status() -> list[str]:
 def contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
                     header: PredictionsHeader, results: Results) -> list[str]:
     """The signature and the hashes agree in every place that stores them."""
-    tok_dir, model = Path(cfg.paths.tokenizer), Path(cfg.paths.model)
+    if cfg.task == "lm":
+        return lm_contract_checks(cfg, meta, results) + common_contract_checks(
+            cfg, tc, meta, header)
     sigs = {"params + tokenizer contract (recomputed)": contract_signature(cfg, tc)}
     if tc.signature:
         sigs["tokenizer contract"] = tc.signature
     sigs |= {"model file meta": meta.signature, "predictions header": header.signature,
              "metrics.json": results.signature}
     diffs = A.same_value_diffs("contract signature", sigs)
-    diffs += A.tokenizer_file_diffs(tok_dir, tc, sha256_file)
-    diffs += A.same_value_diffs("model sha256", {
-        str(model): sha256_file(model), "predictions header": header.model_sha256})
     for side in ("src", "tgt"):
         diffs += A.same_value_diffs(f"tokenizer {side} sha256", {
             "tokenizer contract": tc.side(side).sha256,
             "predictions header": (header.tokenizer_sha256 or {}).get(side),
             "model meta": meta.tokenizer_sha256()[side]})
+    want = {k: json.dumps(v) for k, v in training_contract(cfg, tc).items()}
+    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
+    diffs += A.text_diffs("training contract", ("params + tokenizer contract", "model file meta"),
+                          want, have)
+    return diffs + common_contract_checks(cfg, tc, meta, header)
+
+
+def lm_contract_checks(cfg: Config, meta: ModelMeta, results: Results) -> list[str]:
+    """``task: lm``: the LM's signature and training contract come from the params and the
+    documents (its character vocabulary), not from the tokenizer contract; the predictions
+    header carries none (nothing is decoded)."""
+    setup = lm_setup(cfg, lm_documents(cfg))
+    diffs = A.same_value_diffs("contract signature", {
+        "params + documents (recomputed)": setup.signature, "model file meta": meta.signature,
+        "results.json": results.signature})
+    want = {k: json.dumps(v) for k, v in setup.contract.items()}
+    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
+    return diffs + A.text_diffs("training contract", ("params + documents", "model file meta"),
+                                want, have)
+
+
+def common_contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
+                           header: PredictionsHeader) -> list[str]:
+    """What every task's result records alike: the tokenizer files, the model file's hash
+    in the predictions header, the raw data's hash and the decode settings."""
+    diffs = A.tokenizer_file_diffs(Path(cfg.paths.tokenizer), tc, sha256_file)
+    model = Path(cfg.paths.model)
+    diffs += A.same_value_diffs("model sha256", {
+        str(model): sha256_file(model), "predictions header": header.model_sha256})
     raw = Path(cfg.paths.raw)
     diffs += A.same_value_diffs("data sha256", {
         "tokenizer contract": tc.data_sha256,
         str(raw): sha256_file(raw) if raw.exists() else "missing"}
         | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
-    want = {k: json.dumps(v) for k, v in training_contract(cfg, tc).items()}
-    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
-    diffs += A.text_diffs("training contract", ("params + tokenizer contract", "model file meta"),
-                          want, have)
     diffs += A.text_diffs("decode settings", ("params.yaml", "predictions header"),
                           {k: json.dumps(v) for k, v in as_dict(cfg.decode).items()},
                           {k: json.dumps(v) for k, v in header.decode.items()})

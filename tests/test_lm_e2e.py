@@ -1,14 +1,17 @@
-"""`task: lm` through the real `dvc repro`: train, the lm decode/evaluate branches, MLflow."""
+"""`task: lm` through the real `dvc repro`: train, the lm decode/evaluate branches, MLflow,
+and the audit of the result."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import copy_repo
+from tests.test_audit import run_audit
 from tests.test_pipeline_e2e import dvc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -23,9 +26,16 @@ LM_PARAMS = {
 }
 
 
-def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(tmp_path: Path) -> None:
-    repo = copy_repo(tmp_path, LM_PARAMS)
-    out = dvc(repo, "repro")
+@pytest.fixture(scope="module")
+def lm_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The lm result of one `dvc repro` and its output (tests copy the folder to change it)."""
+    repo = copy_repo(tmp_path_factory.mktemp("lm"), LM_PARAMS)
+    return repo, dvc(repo, "repro")
+
+
+def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(
+        lm_result: tuple[Path, str]) -> None:
+    repo, out = lm_result
     assert "task lm: nothing to decode" in out
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     results = json.loads((repo / "reports/results.json").read_text())
@@ -40,3 +50,23 @@ def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(tmp_path: P
     assert metrics == pytest.approx(trained["lm"], rel=1e-6)
     assert min(metrics["dev_tokens"], metrics["test_tokens"]) > 0
     assert "up to date" in dvc(repo, "status")
+
+
+def test_the_audit_passes_an_lm_result_and_names_a_perplexity_forged_with_its_lock(
+        lm_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A consistent forger: a better test perplexity in every report, then `dvc commit`, so
+    # dvc.lock agrees. The redone evaluation and the MLflow run's copy of metrics.json name
+    # it; every other check must pass: the LM's contract (from the params and
+    # its documents), counts (nothing decoded), the redone stages, the training record.
+    repo = shutil.copytree(lm_result[0], tmp_path / "copy", symlinks=True)
+    for name in ("metrics.json", "headline.json"):
+        path = repo / "reports" / name
+        values = json.loads(path.read_text())
+        key = "test_ppl_carried" if name == "metrics.json" else "ppl"
+        values[key] = values[key] / 2
+        path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    dvc(repo, "commit", "-f")
+    report = run_audit(repo, monkeypatch)
+    assert report.failed() == ["evaluate redone", "mlflow run"], report.render()
+    assert "test_ppl_carried" in report.render() and "could not run" not in report.render()
+    assert set(report.status.values()) == {"ok", "MISMATCH"}, report.render()

@@ -42,7 +42,8 @@ class PredictionsHeader:
     """What the decode stage records next to the predictions.
 
     A decoded split has ``signature``, ``tokenizer_sha256``, ``trained_on`` and
-    ``environment``; ``task: lm`` decodes nothing and writes ``task`` and ``note`` instead.
+    ``environment``; ``task: lm`` decodes nothing and writes ``environment``, ``task`` and
+    ``note``.
     Fields that are None are not written (each kind of header keeps its bytes).
 
     Attributes:

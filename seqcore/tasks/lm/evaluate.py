@@ -15,6 +15,7 @@ from seqcore.data.documents import Document
 from seqcore.metrics.nulls import null_undefined
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.tasks.lm.corpus import lm_documents
+from seqcore.training.distributed import checkpoint_folder_name
 from seqcore.training.setups import lm_setup
 
 
@@ -22,14 +23,17 @@ def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str
     """Dev/test perplexity of a saved LM with carried state and with a reset every segment.
 
     Returns:
-        ``{"signature": ..., "lm": {"<split>_ppl_carried": ..., "<split>_tokens": ...}}``;
-        the token count (characters plus one end-of-document token) is the denominator.
+        ``{"signature": ..., "checkpoints": ..., "lm": {"<split>_ppl_carried": ...,
+        "<split>_tokens": ...}}``; the token count (characters plus one end-of-document
+        token) is the denominator; ``checkpoints`` is the folder the model came from (train
+        keys it by the training contract), which the audit checks the training record in.
     """
     setup = lm_setup(cfg, docs)
     saved = ModelFile.load(model_path)
     setup.model.load_state_dict(saved.weights)
     setup.model.eval()
-    return {"signature": saved.meta.signature, **setup.report()}
+    folder = Path(cfg.paths.checkpoints) / checkpoint_folder_name(saved.meta.training_contract)
+    return {"signature": saved.meta.signature, "checkpoints": str(folder), **setup.report()}
 
 
 def report_markdown(signature: str, lm: dict[str, Any]) -> str:
@@ -50,7 +54,8 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     io.note(f"contract: {sig}")
     metrics = null_undefined(result["lm"])
     Metrics(metrics).save(cfg.paths.metrics)
-    Results({"task": "lm", "signature": sig}).save(cfg.paths.results)
+    Results({"task": "lm", "signature": sig, "checkpoints": result["checkpoints"]}).save(
+        cfg.paths.results)
     Headline(metrics["test_ppl_carried"], error_rates=False).save(cfg.paths.headline)
     Path(cfg.paths.buckets).write_text("bucket,count\n")
     Path(cfg.evaluate.details_dir).mkdir(parents=True, exist_ok=True)
