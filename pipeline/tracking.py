@@ -360,6 +360,21 @@ def redacted_console(uri: str) -> Iterator[None]:
         sys.stderr.write(redact_text(err.getvalue(), (uri,)))
 
 
+def log_seconds(text: str | None) -> float:
+    """``SEQCORE_MLFLOW_SECONDS`` as seconds (``LOG_SECONDS`` when unset); a value that is not
+    a number of seconds > 0 stops the stage with one line."""
+    if text is None:
+        return LOG_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        sys.exit(f"SEQCORE_MLFLOW_SECONDS = {text!r}: must be a number of seconds > 0 (unset: "
+                 f"{LOG_SECONDS:g})")
+    return seconds
+
+
 def log_or_keep(record: RunRecord, pending: Path, seconds: float | None = None) -> str | None:
     """Log the run within ``seconds``; on any tracking failure, or when the store does not
     answer in time, keep the record in ``pending`` and warn once.
@@ -369,7 +384,7 @@ def log_or_keep(record: RunRecord, pending: Path, seconds: float | None = None) 
     stage (MLflow's own retries and per-request timeouts add up to many minutes).
     """
     if seconds is None:
-        seconds = float(os.environ.get("SEQCORE_MLFLOW_SECONDS", LOG_SECONDS))
+        seconds = log_seconds(os.environ.get("SEQCORE_MLFLOW_SECONDS"))
     for name, value in STORE_HTTP_ENV.items():
         os.environ.setdefault(name, value)
     uri = record.uri

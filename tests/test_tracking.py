@@ -19,7 +19,8 @@ import pytest
 from seqcore.artifacts.run_record import RunRecord
 
 from pipeline.tracking import (
-    MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, param_items, tracking_uri)
+    MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, log_seconds, param_items,
+    tracking_uri)
 from tests.factories import REPO
 
 
@@ -100,6 +101,15 @@ def test_env_tracking_uri_overrides_params_and_relative_sqlite_becomes_absolute(
     assert tracking_uri("sqlite:///mlflow.db") == f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://team:5000")
     assert tracking_uri("sqlite:///mlflow.db") == "http://team:5000"
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-5", "inf", "nan"])
+def test_a_deadline_that_is_not_seconds_above_zero_stops_with_one_line(text: str) -> None:
+    with pytest.raises(SystemExit) as stop:
+        log_seconds(text)
+    assert str(stop.value) == (f"SEQCORE_MLFLOW_SECONDS = {text!r}: must be a number of "
+                               "seconds > 0 (unset: 120)")
+    assert log_seconds("2.5") == 2.5 and log_seconds(None) == 120
 
 
 def test_a_store_that_never_answers_is_given_up_at_the_stated_deadline_and_the_run_kept(
