@@ -46,8 +46,9 @@ mutate: $(STAMP)
 
 # The `full` profile (issue 17; docs/quality.md): a 3+3-layer d=256 Transformer without
 # dropout, the unfused attention kernel, 18,000 steps, the last weights, beam 5 -- 2 h 09 min
-# on 2 CPU cores; test WER 26.0 % any reference (docs/full-profile/). A DVC experiment from the committed default, so `dvc exp show` sets
-# it beside the default run and MLflow records it as its own run.
+# on 2 CPU cores; test WER 26.0 % against any reference (docs/full-profile/). A DVC
+# experiment from the committed default, so `dvc exp show` sets it beside the default run
+# and MLflow records it as its own run.
 FULL := -S model.transformer.d_model=256 -S model.transformer.d_ff=1024 \
 	-S model.transformer.enc_layers=3 -S model.transformer.dec_layers=3 \
 	-S model.transformer.attention_kernel=math \
