@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib
 import importlib.metadata
 import json
 import os
@@ -22,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from pipeline import audit_rederive as R
@@ -41,8 +43,7 @@ from seqcore.environment import environment_diffs as environment_differences
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.signature import contract_signature, training_contract
-from seqcore.tasks.lm.corpus import lm_documents
-from seqcore.training.setups import lm_setup
+from seqcore.tasks import get_task
 
 def dvc_status() -> list[str]:
     """``dvc status`` (in-process): every stage DVC itself considers changed."""
@@ -60,8 +61,9 @@ def dvc_status() -> list[str]:
 def contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
                     header: PredictionsHeader, results: Results) -> list[str]:
     """The signature and the hashes agree in every place that stores them."""
-    if cfg.task == "lm":
-        return lm_contract_checks(cfg, meta, results) + common_contract_checks(
+    own = task_audit(cfg)
+    if own is not None:
+        return own.contract_diffs(cfg, meta, results) + common_contract_checks(
             cfg, tc, meta, header)
     sigs = {"params + tokenizer contract (recomputed)": contract_signature(cfg, tc)}
     if tc.signature:
@@ -81,18 +83,16 @@ def contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
     return diffs + common_contract_checks(cfg, tc, meta, header)
 
 
-def lm_contract_checks(cfg: Config, meta: ModelMeta, results: Results) -> list[str]:
-    """``task: lm``: the LM's signature and training contract come from the params and the
-    documents (its character vocabulary), not from the tokenizer contract; the predictions
-    header carries none (nothing is decoded)."""
-    setup = lm_setup(cfg, lm_documents(cfg))
-    diffs = A.same_value_diffs("contract signature", {
-        "params + documents (recomputed)": setup.signature, "model file meta": meta.signature,
-        "results.json": results.signature})
-    want = {k: json.dumps(v) for k, v in setup.contract.items()}
-    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
-    return diffs + A.text_diffs("training contract", ("params + documents", "model file meta"),
-                                want, have)
+def task_audit(cfg: Config) -> ModuleType | None:
+    """The task's own audit checks (``<package>.audit``, e.g. seqcore/tasks/lm/audit.py), for
+    a result that differs from a decoded pair task's; None for the pair tasks."""
+    name = f"{get_task(cfg.task).package}.audit"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:
+            raise
+        return None
 
 
 def common_contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
@@ -191,7 +191,9 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     results = functools.cache(lambda: Results.load(cfg.paths.results))
     meta = functools.cache(lambda: ModelFile.load(cfg.paths.model).meta)
     _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), results()))
-    _run(report, "counts", lambda: R.count_diffs(cfg, header(), metrics()))
+    own = task_audit(cfg)
+    _run(report, "counts", lambda: own.count_diffs(cfg, header()) if own is not None
+         else R.count_diffs(cfg, header(), metrics()))
     done: dict[str, Any] = {}
     for stage in R.REDERIVED:
         _run(report, f"{stage} redone",

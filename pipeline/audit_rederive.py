@@ -71,8 +71,7 @@ def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
 
 
 def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> list[str]:
-    """Header rows = prediction lines = encoded examples = the metrics' example counts
-    (``task: lm``: no rows and no lines)."""
+    """Header rows = prediction lines = encoded examples = the metrics' example counts."""
     split = cfg.decode.split
     pred = Path(cfg.paths.predictions) / f"{split}.jsonl"
     enc = Path(cfg.paths.encoded) / f"{split}.jsonl"
@@ -82,11 +81,6 @@ def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> lis
         with open(path, encoding="utf-8") as f:
             return sum(1 for line in f if line.strip())
 
-    if cfg.task == "lm":  # nothing is decoded: an empty predictions file, a header of 0 rows
-        empty = {f"{pred} lines": lines(pred), f"{pred.with_suffix('.header.json')} rows":
-                 header.rows}
-        return [f"count: {place} has {value!r}, task lm decodes nothing (0)"
-                for place, value in empty.items() if value != 0]
     counts = {f"{enc} lines": lines(enc),
               f"{cfg.paths.encoded}/manifest.json counts.{split}.kept":
                   manifest.counts[split].kept,
