@@ -140,7 +140,7 @@ class TransformerConfig:
     tie_embeddings: bool = True  # share target embedding and output projection
     # auto: PyTorch's scaled_dot_product_attention kernel (fused flash on CPU); math: its
     # unfused reference (plain matmuls), faster on CPU for short sequences. Rounding differs.
-    attention_kernel: Literal["auto", "math"] = "auto"
+    attention_kernel: Literal["auto", "math"] = "math"
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class TrainConfig:
     batch_size: int = 256  # sequences per micro-batch
     bucket_width: int = 1  # target-length bucket width for batching
     accum_steps: int = 1
-    max_steps: int = 8000
+    max_steps: int = 10000
     optimizer: Literal["adam", "adamw"] = "adam"
     lr: float = 0.003  # peak lr for constant/cosine; scale factor for noam
     schedule: Literal["noam", "constant", "cosine"] = "cosine"
@@ -186,7 +186,7 @@ class TrainConfig:
     eval_every: int = 500
     checkpoint_every: int = 500
     keep_last: int = 3
-    select: Literal["best_dev", "last"] = "best_dev"
+    select: Literal["best_dev", "last"] = "last"
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
     resume: Literal["auto", "fresh"] = "auto"  # fresh: ignore existing checkpoints

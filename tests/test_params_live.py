@@ -108,7 +108,7 @@ LIVE: dict[str, Live] = {
     "model.transformer.norm_first": Live("train", False),
     "model.transformer.positions": Live("train", "learned"),
     "model.transformer.tie_embeddings": Live("train", False),
-    "model.transformer.attention_kernel": Live("train", "math"),
+    "model.transformer.attention_kernel": Live("train", "auto"),
     "model.rnn.embed_dim": Live("train", 8, GRU),
     "model.rnn.hidden": Live("train", 8, GRU),
     "model.rnn.enc_layers": Live("train", 2, GRU),
@@ -134,7 +134,7 @@ LIVE: dict[str, Live] = {
     "train.eval_every": Live("train", 3),
     "train.checkpoint_every": Live("train", 5),
     "train.keep_last": Live("train", 1),
-    "train.select": Live("train", "last", {"train.lr": 20.0}),
+    "train.select": Live("train", "best_dev", {"train.lr": 20.0}),
     "train.ss_schedule": Live("train", "linear", {"train.ss_k": 1.0, "train.ss_cap": 0.9}),
     "train.ss_k": Live("train", 1000.0, SS),
     "train.ss_cap": Live("train", 0.5, SS),
@@ -449,7 +449,7 @@ def test_parameter_is_live_at_the_stage_that_reads_it(workspace: Workspace, key:
 @pytest.mark.slow
 def test_select_best_dev_writes_the_weights_of_the_best_checkpoint(workspace: Workspace) -> None:
     when = {**STAGE_WHEN["train"], **LIVE["train.select"].when}  # dev NLL rises after its best
-    best_dev = workspace.run("train", when)
+    best_dev = workspace.run("train", {**when, "train.select": "best_dev"})
     last = workspace.run("train", {**when, "train.select": "last"})
     assert isinstance(best_dev, dict) and isinstance(last, dict)
     assert best_dev["weights"] == best_dev["best.pt"] != last["weights"]

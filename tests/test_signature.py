@@ -108,13 +108,15 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
     other value is compared like every key."""
     from seqcore.signature import ADDED_KEYS, training_contract  # noqa: PLC0415
 
+    def kernel(name: str) -> Config:
+        return dataclasses.replace(cfg, model=dataclasses.replace(
+            cfg.model, transformer=dataclasses.replace(cfg.model.transformer,
+                                                       attention_kernel=name)))
+
     assert ADDED_KEYS == {"model.transformer.attention_kernel": "auto"}
-    auto = training_contract(cfg, CONTRACT)
+    auto = training_contract(kernel("auto"), CONTRACT)
     assert not any(k.endswith("attention_kernel") for k in auto)
-    math_cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-        cfg.model, transformer=dataclasses.replace(cfg.model.transformer,
-                                                   attention_kernel="math")))
-    math = training_contract(math_cfg, CONTRACT)
+    math = training_contract(kernel("math"), CONTRACT)
     assert {k: v for k, v in math.items() if k not in auto} == {
         "model.transformer.attention_kernel": "math"}
     assert {k: v for k, v in math.items() if k in auto} == auto
