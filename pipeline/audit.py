@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import importlib
 import importlib.metadata
 import json
 import os
@@ -23,7 +21,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from pipeline import audit_rederive as R
@@ -32,17 +29,15 @@ from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.tracking import build_record, read_yaml12, tracking_uri
 from seqcore import audit as A
-from seqcore.artifacts.model_file import ModelFile, ModelMeta
+from seqcore.artifacts.model_file import ModelMeta
 from seqcore.artifacts.predictions import PredictionsHeader
-from seqcore.artifacts.reports import Metrics, Results
+from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
-from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, as_dict, load_config
 from seqcore.credentials import redact_text
 from seqcore.environment import environment_diffs as environment_differences
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
-from seqcore.signature import contract_signature, training_contract
 from seqcore.tasks import get_task
 
 def dvc_status() -> list[str]:
@@ -58,47 +53,10 @@ def dvc_status() -> list[str]:
             for stage, changes in sorted(status.items())]
 
 
-def contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
-                    header: PredictionsHeader, results: Results) -> list[str]:
-    """The signature and the hashes agree in every place that stores them."""
-    own = task_audit(cfg)
-    if own is not None:
-        return own.contract_diffs(cfg, meta, results) + common_contract_checks(
-            cfg, tc, meta, header)
-    sigs = {"params + tokenizer contract (recomputed)": contract_signature(cfg, tc)}
-    if tc.signature:
-        sigs["tokenizer contract"] = tc.signature
-    sigs |= {"model file meta": meta.signature, "predictions header": header.signature,
-             "metrics.json": results.signature}
-    diffs = A.same_value_diffs("contract signature", sigs)
-    for side in ("src", "tgt"):
-        diffs += A.same_value_diffs(f"tokenizer {side} sha256", {
-            "tokenizer contract": tc.side(side).sha256,
-            "predictions header": (header.tokenizer_sha256 or {}).get(side),
-            "model meta": meta.tokenizer_sha256()[side]})
-    want = {k: json.dumps(v) for k, v in training_contract(cfg, tc).items()}
-    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
-    diffs += A.text_diffs("training contract", ("params + tokenizer contract", "model file meta"),
-                          want, have)
-    return diffs + common_contract_checks(cfg, tc, meta, header)
-
-
-def task_audit(cfg: Config) -> ModuleType | None:
-    """The task's own audit checks (``<package>.audit``, e.g. seqcore/tasks/lm/audit.py), for
-    a result that differs from a decoded pair task's; None for the pair tasks."""
-    name = f"{get_task(cfg.task).package}.audit"
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name != name:
-            raise
-        return None
-
-
-def common_contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
-                           header: PredictionsHeader) -> list[str]:
+def common_contract_checks(cfg: Config, files: ResultFiles) -> list[str]:
     """What every task's result records alike: the tokenizer files, the model file's hash
     in the predictions header, the raw data's hash and the decode settings."""
+    tc, header = files.tokenizer_contract, files.header
     diffs = A.tokenizer_file_diffs(Path(cfg.paths.tokenizer), tc, sha256_file)
     model = Path(cfg.paths.model)
     diffs += A.same_value_diffs("model sha256", {
@@ -108,9 +66,8 @@ def common_contract_checks(cfg: Config, tc: TokenizerContract, meta: ModelMeta,
         "tokenizer contract": tc.data_sha256,
         str(raw): sha256_file(raw) if raw.exists() else "missing"}
         | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
-    diffs += A.text_diffs("decode settings", ("params.yaml", "predictions header"),
-                          {k: json.dumps(v) for k, v in as_dict(cfg.decode).items()},
-                          {k: json.dumps(v) for k, v in header.decode.items()})
+    diffs += A.json_diffs("decode settings", ("params.yaml", "predictions header"),
+                          as_dict(cfg.decode), header.decode)
     return diffs
 
 
@@ -143,7 +100,7 @@ def environment_diffs(meta: ModelMeta, header: PredictionsHeader, run: Any) -> l
     return diffs
 
 
-def _training_check(report: A.AuditReport, cfg: Config, meta: Callable[[], Any]) -> None:
+def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> None:
     """The training record against the checkpoints, or (in a clone that pulled the result,
     where the checkpoints never travel) against the model file, with a warning."""
     try:
@@ -152,9 +109,9 @@ def _training_check(report: A.AuditReport, cfg: Config, meta: Callable[[], Any])
         report.not_run("training record", f"could not run: {type(err).__name__}: {err}")
         return
     if folder.is_dir():
-        _run(report, "training record", lambda: R.training_diffs(cfg, meta()))
+        _run(report, "training record", lambda: R.training_diffs(cfg, files.meta))
         return
-    _run(report, "training record", lambda: R.training_meta_diffs(cfg, meta()))
+    _run(report, "training record", lambda: R.training_meta_diffs(cfg, files.meta))
     report.warn("checkpoints", [f"{folder} is not here (working state of the machine that "
                                 "trained; never pushed): the training record was checked "
                                 "against the model file only"])
@@ -180,25 +137,18 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
         lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
         if lock else ["dvc.lock missing"]))
     _run(report, "dvc status", dvc_status)
-    pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     # Inputs are read when a check needs them: one that is missing or broken makes exactly
     # the checks that need it NOT RUN.
-    tc = functools.cache(lambda: TokenizerContract.load(Path(cfg.paths.tokenizer) /
-                                                        "contract.json"))
-    header = functools.cache(lambda: PredictionsHeader.load(pred_path))
-    # numbers in metrics.json, text results (signatures, hashes) in results.json
-    metrics = functools.cache(lambda: Metrics.load(cfg.paths.metrics))
-    results = functools.cache(lambda: Results.load(cfg.paths.results))
-    meta = functools.cache(lambda: ModelFile.load(cfg.paths.model).meta)
-    _run(report, "contract", lambda: contract_checks(cfg, tc(), meta(), header(), results()))
-    own = task_audit(cfg)
-    _run(report, "counts", lambda: own.count_diffs(cfg, header()) if own is not None
-         else R.count_diffs(cfg, header(), metrics()))
+    files = ResultFiles(cfg)
+    task = get_task(cfg.task)
+    _run(report, "contract",
+         lambda: task.audit_contract(cfg, files) + common_contract_checks(cfg, files))
+    _run(report, "counts", lambda: task.audit_counts(cfg, files))
     done: dict[str, Any] = {}
     for stage in R.REDERIVED:
         _run(report, f"{stage} redone",
              lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
-    _training_check(report, cfg, meta)
+    _training_check(report, cfg, files)
     run = None
     if use_mlflow:
         run, reason = read_run(cfg, run_id)
@@ -208,7 +158,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
             _run(report, "mlflow run", lambda: mlflow_diffs(
                 cfg, run, expected_record(cfg, done, run.data.tags.get("dvc.exp.name")), lock))
     try:
-        report.warn("environment", environment_diffs(meta(), header(), run), strict_env)
+        report.warn("environment", environment_diffs(files.meta, files.header, run), strict_env)
     except Exception as err:  # noqa: BLE001 (as in _run)
         report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
     _run(report, "package versions",

@@ -20,10 +20,8 @@ from typing import Any
 import torch
 
 from pipeline import decode, evaluate, prepare, tokenizer
-from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
-from seqcore.artifacts.predictions import PredictionsHeader
-from seqcore.artifacts.reports import Metrics, Results
+from seqcore.artifacts.reports import Results
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
@@ -68,29 +66,6 @@ def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
         sides = (f"{FILE} (workspace)", RECOMPUTED)
         return [d for rel in outs for d in path_differences(
             rel, sides, root / rel, Path(tmp) / rel, ignore_fields=frozenset({"environment"}))]
-
-
-def count_diffs(cfg: Config, header: PredictionsHeader, metrics: Metrics) -> list[str]:
-    """Header rows = prediction lines = encoded examples = the metrics' example counts."""
-    split = cfg.decode.split
-    pred = Path(cfg.paths.predictions) / f"{split}.jsonl"
-    enc = Path(cfg.paths.encoded) / f"{split}.jsonl"
-    manifest = EncodedManifest.load(manifest_path(cfg.paths.encoded))
-
-    def lines(path: Path) -> int:
-        with open(path, encoding="utf-8") as f:
-            return sum(1 for line in f if line.strip())
-
-    counts = {f"{enc} lines": lines(enc),
-              f"{cfg.paths.encoded}/manifest.json counts.{split}.kept":
-                  manifest.counts[split].kept,
-              f"{pred} lines": lines(pred),
-              f"{pred.with_suffix('.header.json')} rows": header.rows,
-              f"{cfg.paths.metrics} {split}_sequences": metrics.count(f"{split}_sequences"),
-              f"{cfg.paths.metrics} examples": metrics.count("examples")}
-    ref_place, ref = next(iter(counts.items()))
-    return [f"count: {place} has {value!r}, {ref_place} has {ref!r}"
-            for place, value in counts.items() if value != ref]
 
 
 def _finite(x: float) -> float | None:

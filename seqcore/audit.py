@@ -8,9 +8,10 @@ prints an :class:`AuditReport`.
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,6 +165,20 @@ def text_diffs(what: str, sides: tuple[str, str], expected: dict[str, str],
     return [f"{what}: {k}: {sides[0]} has {v!r}, {sides[1]} has "
             f"{'nothing' if k not in got else repr(got[k])}"
             for k, v in sorted(expected.items()) if got.get(k) != v]
+
+
+def json_diffs(what: str, sides: tuple[str, str], expected: Mapping[str, Any],
+               got: Mapping[str, Any]) -> list[str]:
+    """``text_diffs`` of the values' JSON texts: a training contract or decode settings
+    against the copy a file records (a tuple and the list JSON made of it compare equal)."""
+    return text_diffs(what, sides, {k: json.dumps(v) for k, v in expected.items()},
+                      {k: json.dumps(v) for k, v in got.items()})
+
+
+def nonblank_lines(path: Path) -> int:
+    """Lines of a JSONL file that hold a record (blank lines are not records)."""
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
 
 
 # --- environment ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit import audit
 from pipeline.dvc_lock import dvc_md5
-from seqcore.audit import AuditReport, version_diffs
+from seqcore.audit import AuditReport, json_diffs, nonblank_lines, version_diffs
 from seqcore.training.checkpoint import load_blob, save_blob
 from tests.conftest import AUDIT_SAMPLE, tool_env
 
@@ -223,6 +223,20 @@ def test_a_local_build_tag_satisfies_the_lock_but_another_version_does_not() -> 
     assert version_diffs(lock, installed) == [
         "numpy: requirements.lock has 2.0.0, installed 2.0.1",
         "missing: requirements.lock has 1.0, not installed"]
+
+
+def test_json_diffs_name_each_differing_key_and_read_a_tuple_as_its_json_list() -> None:
+    got = {"betas": [0.9, 0.98], "lr": 0.003, "seed": 1}
+    diffs = json_diffs("training contract", ("params", "model file"),
+                       {"betas": (0.9, 0.98), "lr": 0.002, "select": "last"}, got)
+    assert diffs == ["training contract: lr: params has '0.002', model file has '0.003'",
+                     "training contract: select: params has '\"last\"', model file has nothing"]
+
+
+def test_nonblank_lines_count_records_not_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "test.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2}\n  \n{"a": 3}', encoding="utf-8")
+    assert nonblank_lines(path) == 3
 
 
 @pytest.mark.slow

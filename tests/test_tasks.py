@@ -60,6 +60,18 @@ def test_every_task_has_its_piece_for_every_stage_with_the_interface_arguments(
         assert list(inspect.signature(piece).parameters) == wanted, (task.name, stage)
 
 
+#: The audit's piece (no stage): method of Task -> function of ``<package>.audit``.
+AUDIT_PIECES = {"audit_contract": "contract_diffs", "audit_counts": "count_diffs"}
+
+
+@pytest.mark.parametrize("method", AUDIT_PIECES)
+def test_every_task_has_its_audit_piece_with_the_interface_arguments(method: str) -> None:
+    wanted = list(inspect.signature(getattr(Task, method)).parameters)[1:]  # no self
+    for task in TASKS.values():
+        piece = getattr(importlib.import_module(f"{task.package}.audit"), AUDIT_PIECES[method])
+        assert list(inspect.signature(piece).parameters) == wanted, (task.name, method)
+
+
 @pytest.mark.parametrize("stage", PIECE_STAGES)
 def test_a_stage_asks_its_task_only_for_its_own_piece(stage: str) -> None:
     # tests/test_declared_reads.py declares <package>.<stage> for stage <stage> only

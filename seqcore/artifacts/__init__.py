@@ -17,4 +17,5 @@ predictions`` pulls in no torch), so this package file imports none of them.
 - train_metrics: ``reports/train_metrics.json`` -> :class:`TrainMetrics`
 - train_log: ``reports/train_log.csv`` -> :class:`TrainLog` (of :class:`StepLog`)
 - run_record: one MLflow run as plain data (kept in the pending file) -> :class:`RunRecord`
+- result_files: the files of one result, loaded as the audit asks -> :class:`ResultFiles`
 """

@@ -2,7 +2,8 @@
 pieces and never branch on its name (STYLE rule 15).
 
 A task is a small package with one module per stage that asks it for something, named after
-that stage: ``<package>.prepare``, ``.tokenizer``, ``.train``, ``.decode``, ``.evaluate``.
+that stage: ``<package>.prepare``, ``.tokenizer``, ``.train``, ``.decode``, ``.evaluate``,
+and ``.audit`` for ``pipeline.audit``.
 :class:`Task` imports a stage's module only when that stage asks (importlib, by name), so each
 stage loads only its own piece: prepare and tokenizer never import training, model, decoding
 or metrics code (nor torch, in prepare), and editing training code leaves them fresh in
@@ -74,6 +75,18 @@ class Task:
         """evaluate: write metrics, results, headline, buckets, details and report; return
         the seqcore.tasks.base.Evaluated the stage builds the MLflow record from."""
         return self.piece("evaluate").evaluate(cfg, io)
+
+    # The audit's piece, ``<package>.audit`` (no stage: pipeline.audit asks for it). ``files``
+    # is a seqcore.artifacts.result_files.ResultFiles; each returns one line per mismatch.
+
+    def audit_contract(self, cfg: Config, files: Any) -> list[str]:
+        """audit: the contract signature and training contract recomputed from the params
+        and this task's inputs, against every file of the result that records them."""
+        return self.piece("audit").contract_diffs(cfg, files)
+
+    def audit_counts(self, cfg: Config, files: Any) -> list[str]:
+        """audit: the scored split's counts in every file that records one agree."""
+        return self.piece("audit").count_diffs(cfg, files)
 
 
 #: params.yaml ``task`` -> the task (the only place a task name chooses code). g2p and

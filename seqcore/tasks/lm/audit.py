@@ -1,4 +1,4 @@
-"""The lm task's own audit checks (``pipeline.audit`` asks a task for ``<package>.audit``).
+"""The lm task's own audit checks (``pipeline.audit`` asks a task for its ``audit`` piece).
 
 Where an lm result differs from a decoded pair task's: its signature and training contract
 come from the params and the documents (its character vocabulary), not from the tokenizer
@@ -8,36 +8,29 @@ imports this module.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from seqcore import audit as A
-from seqcore.artifacts.model_file import ModelMeta
-from seqcore.artifacts.predictions import PredictionsHeader
-from seqcore.artifacts.reports import Results
+from seqcore.artifacts.result_files import ResultFiles
 from seqcore.config import Config
 from seqcore.tasks.lm.corpus import lm_documents
 from seqcore.training.setups import lm_setup
 
 
-def contract_diffs(cfg: Config, meta: ModelMeta, results: Results) -> list[str]:
+def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     """The recomputed LM signature and training contract against the model file and
     results.json."""
     setup = lm_setup(cfg, lm_documents(cfg))
+    meta = files.meta
     diffs = A.same_value_diffs("contract signature", {
         "params + documents (recomputed)": setup.signature, "model file meta": meta.signature,
-        "results.json": results.signature})
-    want = {k: json.dumps(v) for k, v in setup.contract.items()}
-    have = {k: json.dumps(v) for k, v in meta.training_contract.items()}
-    return diffs + A.text_diffs("training contract", ("params + documents", "model file meta"),
-                                want, have)
+        "results.json": files.results.signature})
+    return diffs + A.json_diffs("training contract", ("params + documents", "model file meta"),
+                                setup.contract, meta.training_contract)
 
 
-def count_diffs(cfg: Config, header: PredictionsHeader) -> list[str]:
+def count_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     """Nothing is decoded: no prediction lines and a header of 0 rows."""
-    pred = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
-    with open(pred, encoding="utf-8") as f:
-        lines = sum(1 for line in f if line.strip())
-    empty = {f"{pred} lines": lines, f"{pred.with_suffix('.header.json')} rows": header.rows}
+    pred = files.predictions_path
+    empty = {f"{pred} lines": A.nonblank_lines(pred),
+             f"{pred.with_suffix('.header.json')} rows": files.header.rows}
     return [f"count: {place} has {value!r}, task lm decodes nothing (0)"
             for place, value in empty.items() if value != 0]
