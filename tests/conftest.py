@@ -24,9 +24,10 @@ TINY_PARAMS = {
     "model": {"transformer": {"d_model": 32, "n_heads": 2, "enc_layers": 1, "dec_layers": 1,
                               "d_ff": 64}},
     # noam at rate 1: a schedule the tiny model learns from in 6 steps (the default cosine
-    # 3e-3 is sized for 8,000), so its outputs vary and every metric is defined
+    # 3e-3 is sized for 10,000), so its outputs vary and every metric is defined; best_dev
+    # (the default is last) so the result has a best.pt whose corruption a test can check
     "train": {"max_steps": 6, "batch_size": 32, "eval_every": 3, "checkpoint_every": 3,
-              "warmup_steps": 2, "schedule": "noam", "lr": 1.0},
+              "warmup_steps": 2, "schedule": "noam", "lr": 1.0, "select": "best_dev"},
     # greedy: beam search on a 6-step model mostly ends at the first token (the beam-search
     # curse of an untrained model), which leaves length and n-gram metrics undefined
     "decode": {"max_len": 12, "strategy": "greedy"},
