@@ -18,8 +18,9 @@ from seqcore.config import Config
 class ResultFiles:
     """The result under ``cfg.paths``, each file loaded when a check first asks for it.
 
-    A file that is missing or unreadable raises from its property every time it is asked
-    for (nothing is cached), so exactly the checks that read it fail and the rest still run.
+    A file that loads is kept; one that is missing or unreadable raises from its property
+    every time it is asked for (a failure is not kept), so exactly the checks that read it
+    fail and the rest still run.
     """
 
     def __init__(self, cfg: Config) -> None:
