@@ -23,7 +23,7 @@ from typing import Literal, Self
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from seqcore.contract import masked_softmax
 from seqcore.models.base import EncoderDecoder
@@ -93,9 +93,33 @@ class RNNMemory:
                          self.mask.index_select(0, index), self.init.reorder(index))
 
 
+class LSTM(nn.LSTM):
+    """``nn.LSTM`` that also runs under CPU bf16 autocast on CPUs without oneDNN bf16.
+
+    Under CPU autocast torch sends an LSTM to oneDNN, which refuses it ("could not create a
+    primitive descriptor") where the CPU lacks bf16 support (AVX-512); torch's own kernel then
+    runs it, as it does outside autocast. Same parameters and state dict as ``nn.LSTM``.
+    """
+
+    def forward(self, x: torch.Tensor | PackedSequence,
+                hx: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor | PackedSequence, tuple[torch.Tensor, torch.Tensor]]:
+        if torch.is_autocast_enabled("cpu") and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            # None: leave oneDNN's other settings (determinism, TF32) as they are
+            with torch.backends.mkldnn.flags(enabled=False, deterministic=None,
+                                             allow_tf32=None, fp32_precision=None):
+                return super().forward(x, hx)
+        return super().forward(x, hx)
+
+
+def recurrent_cell(cell: Cell) -> type[nn.RNNBase]:
+    """The torch module of a ``cell`` name."""
+    return nn.GRU if cell == "gru" else LSTM
+
+
 def _rnn(cell: Cell, inputs: int, hidden: int, layers: int, dropout: float,
          bidirectional: bool) -> nn.RNNBase:
-    cls = nn.GRU if cell == "gru" else nn.LSTM
+    cls = recurrent_cell(cell)
     # nn.GRU/LSTM dropout acts between layers only; it warns when there is one layer.
     return cls(inputs, hidden, num_layers=layers, batch_first=True,
                dropout=dropout if layers > 1 else 0.0, bidirectional=bidirectional)

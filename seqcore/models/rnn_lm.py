@@ -14,6 +14,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from seqcore.models.rnn import recurrent_cell
+
 #: The carried state: (h,) for a GRU, (h, c) for an LSTM; each (L, B, H).
 LMState = tuple[torch.Tensor, ...]
 
@@ -38,7 +40,7 @@ class RNNLM(nn.Module):
         super().__init__()
         self.shape = s
         self.embed = nn.Embedding(s.vocab, s.embed_dim, padding_idx=s.pad_id)
-        rnn_cls = nn.LSTM if s.cell == "lstm" else nn.GRU
+        rnn_cls = recurrent_cell(s.cell)
         self.rnn = rnn_cls(s.embed_dim, s.hidden, s.layers, batch_first=True,
                            dropout=s.dropout if s.layers > 1 else 0.0)
         self.drop = nn.Dropout(s.dropout)
