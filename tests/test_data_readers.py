@@ -120,3 +120,16 @@ def test_cmudict_variants_share_the_headword_group_and_phones_keep_their_case(
     assert res.counts()["ignored"] == {"comment": 1}
     stressed = read_pairs(path, "cmudict", "skip", "nfkc", True, keep_stress=True)
     assert stressed.pairs[1].target == "R EH1 D"
+
+
+def test_reading_stops_at_the_limit_th_kept_pair_and_never_sees_a_later_bad_row(
+        tmp_path: Path) -> None:
+    # Line 2 is dropped (no tab); lines 1 and 3 are the two kept pairs; line 4 is bad too.
+    path = _write(tmp_path, b"cat\tK AE T\nbroken\ndog\tD AO G\nno tab either\nfish\tF IH SH\n")
+    res = read_pairs(path, "tsv", "skip", "nfkc", True, limit=2)
+    assert [p.line for p in res.pairs] == [1, 3]
+    assert [r.line for r in res.rejects] == [2]
+    read_pairs(path, "tsv", "strict", "nfkc", True, limit=1)  # line 2 is never read
+    with pytest.raises(BadRowError):
+        read_pairs(path, "tsv", "strict", "nfkc", True, limit=2)
+    assert len(read_pairs(path, "tsv", "skip", "nfkc", True).pairs) == 3  # 0: the whole file

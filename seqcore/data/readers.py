@@ -50,6 +50,7 @@ def read_pairs(
     keep_stress: bool = False,
     label: str | None = None,
     casefold_target: bool = False,
+    limit: int = 0,
 ) -> ReadResult:
     """Read a parallel file into normalised pairs.
 
@@ -62,6 +63,8 @@ def read_pairs(
         casefold_target: fold the target too (CMUdict phones are never case-folded).
         keep_stress: CMUdict only: keep the ARPAbet stress digits.
         label: the file name written in rejects and errors (default ``path``).
+        limit: stop reading once this many pairs are kept (0 = read the whole file); the
+            lines after that pair are neither read nor listed as rejects.
 
     Returns:
         Kept pairs (group defaults to the normalised source, so variants share a split) and
@@ -106,6 +109,8 @@ def read_pairs(
         result.rejects += [Reject(name, lineno, f"{norm}-changed-{side}", text, "altered")
                            for side, value in sides
                            if normalize(value, norm, False) != normalize(value, "none", False)]
+        if len(result.pairs) == limit:
+            break
     return result
 
 
