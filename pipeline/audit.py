@@ -40,6 +40,22 @@ from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tasks import get_task
 
+#: Every check of the default audit, in the order it runs (``--only`` picks from these).
+CHECKS = ("dvc.lock hashes and params", "dvc status", "contract", "counts",
+          *(f"{stage} redone" for stage in R.REDERIVED), "training record", "mlflow run",
+          "environment", "package versions")
+
+
+def parse_only(value: str) -> tuple[str, ...]:
+    """``--only``'s comma-separated check names, each one of CHECKS (ValueError otherwise)."""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown or not names:
+        raise ValueError(f"--only {value!r}: {', '.join(map(repr, unknown)) or 'no check named'}"
+                         f" is not a check; choose from: {', '.join(CHECKS)}")
+    return names
+
+
 def dvc_status() -> list[str]:
     """``dvc status`` (in-process): every stage DVC itself considers changed."""
     from dvc.repo import Repo  # noqa: PLC0415 (slow import)
@@ -128,41 +144,57 @@ def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
 
 
 def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bool = True,
-          strict_env: bool = False, rebuild: bool = False) -> A.AuditReport:
-    """Run every check in the current directory (a repository with a pipeline result)."""
+          strict_env: bool = False, rebuild: bool = False,
+          only: tuple[str, ...] = ()) -> A.AuditReport:
+    """Run every check (or those named in ``only``, from CHECKS) in the current directory (a
+    repository with a pipeline result)."""
     cfg = load_config(params)
-    report = A.AuditReport()
+    report = A.AuditReport(only=only)
+    wanted = lambda name: not only or name in only  # noqa: E731
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
-    _run(report, "dvc.lock hashes and params", lambda: (
-        lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
-        if lock else ["dvc.lock missing"]))
-    _run(report, "dvc status", dvc_status)
+    if wanted("dvc.lock hashes and params"):
+        _run(report, "dvc.lock hashes and params", lambda: (
+            lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
+            if lock else ["dvc.lock missing"]))
+    if wanted("dvc status"):
+        _run(report, "dvc status", dvc_status)
     # Inputs are read when a check needs them: one that is missing or broken makes exactly
     # the checks that need it NOT RUN.
     files = ResultFiles(cfg)
     task = get_task(cfg.task)
-    _run(report, "contract",
-         lambda: task.audit_contract(cfg, files) + common_contract_checks(cfg, files))
-    _run(report, "counts", lambda: task.audit_counts(cfg, files))
+    if wanted("contract"):
+        _run(report, "contract",
+             lambda: task.audit_contract(cfg, files) + common_contract_checks(cfg, files))
+    if wanted("counts"):
+        _run(report, "counts", lambda: task.audit_counts(cfg, files))
     done: dict[str, Any] = {}
     for stage in R.REDERIVED:
-        _run(report, f"{stage} redone",
-             lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
-    _training_check(report, cfg, files)
-    run = None
-    if use_mlflow:
+        if wanted(f"{stage} redone"):
+            _run(report, f"{stage} redone",
+                 lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
+    if wanted("training record"):
+        _training_check(report, cfg, files)
+    run, reason = None, None
+    if use_mlflow and (wanted("mlflow run") or wanted("environment")):
         run, reason = read_run(cfg, run_id)
+    if use_mlflow and wanted("mlflow run"):
         if reason:
             report.not_run("mlflow run", reason)
         else:
+            if "evaluate" not in done:  # the expected record needs the evaluation redone
+                with contextlib.suppress(Exception):
+                    R.rederive_diffs(cfg, lock, "evaluate", done)
             _run(report, "mlflow run", lambda: mlflow_diffs(
                 cfg, run, expected_record(cfg, done, run.data.tags.get("dvc.exp.name")), lock))
-    try:
-        report.warn("environment", environment_diffs(files.meta, files.header, run), strict_env)
-    except Exception as err:  # noqa: BLE001 (as in _run)
-        report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
-    _run(report, "package versions",
-         lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
+    if wanted("environment"):
+        try:
+            report.warn("environment", environment_diffs(files.meta, files.header, run),
+                        strict_env)
+        except Exception as err:  # noqa: BLE001 (as in _run)
+            report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
+    if wanted("package versions"):
+        _run(report, "package versions",
+             lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
     if rebuild:
         _run(report, "rebuild", lambda: rebuild_diffs(cfg, lock))
         if report.checks["rebuild"] and report.status.get("environment") == A.WARNING:
@@ -204,12 +236,19 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true",
                         help="also re-run the whole pipeline in a temporary copy")
     parser.add_argument("--root", default=".", help="repository with the result")
+    parser.add_argument("--only", default=None, metavar="CHECKS",
+                        help="run only these checks (comma-separated names, as the report "
+                             f"prints them: {', '.join(CHECKS)})")
     args = parser.parse_args()
+    try:
+        only = parse_only(args.only) if args.only is not None else ()
+    except ValueError as err:
+        parser.exit(2, f"audit: {err}\n")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     start = time.perf_counter()
     with contextlib.chdir(args.root):
         report = audit(args.params, args.run_id, not args.no_mlflow, args.strict_env,
-                       args.rebuild)
+                       args.rebuild, only)
     print(report.render())
     print(f"audit took {time.perf_counter() - start:.1f} s")
     sys.exit(0 if report.ok else 1)

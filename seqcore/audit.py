@@ -33,6 +33,9 @@ class AuditReport:
     checks: dict[str, list[str]] = field(default_factory=dict)
     status: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: the checks asked for (``--only``); empty: every check. The verdict names them, so a
+    #: partial audit never reads as a whole one.
+    only: tuple[str, ...] = ()
 
     def add(self, name: str, diffs: list[str]) -> None:
         """A check that ran: ok when ``diffs`` is empty, else MISMATCH."""
@@ -66,7 +69,8 @@ class AuditReport:
             lines += ["         - " + d.replace("\n", "\n           ") for d in diffs]
         warned = [n for n, s in self.status.items() if s == WARNING]
         lines.append("audit: " + ("PASSED" if self.ok else f"FAILED ({', '.join(self.failed())})")
-                     + (f" with warnings ({', '.join(warned)})" if warned else ""))
+                     + (f" with warnings ({', '.join(warned)})" if warned else "")
+                     + (f" [only: {', '.join(self.only)}]" if self.only else ""))
         return "\n".join(lines)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,9 +56,22 @@ def merge(base: dict, override: dict) -> dict:
     return out
 
 
+@functools.cache
+def empty_mlflow_store() -> Path:
+    """An initialised, empty sqlite MLflow store, made once per test session: creating its
+    tables takes 2-3 s, which every new repository would otherwise pay in its first run."""
+    folder = Path(tempfile.mkdtemp(prefix="seqcore-empty-store-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    import mlflow  # noqa: PLC0415 (slow import, only for the tests that need a store)
+
+    mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+    return folder / "mlflow.db"
+
+
 def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
     """Copy the git-tracked (and untracked, not ignored) files into ``dest`` as a fresh git
-    repo, with params.yaml overlaid by ``overrides``."""
+    repo, with params.yaml overlaid by ``overrides``, and an empty MLflow store at the
+    default ``mlflow.db`` (git ignores it; the first run logs into it as into a new one)."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                            cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
     for name in filter(None, (f.decode() for f in files)):
@@ -67,6 +83,7 @@ def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
     (dest / "params.yaml").write_text(yaml.safe_dump(merge(params, overrides or {}),
                                                      sort_keys=False))
     (dest / "dvc.lock").unlink(missing_ok=True)
+    shutil.copyfile(empty_mlflow_store(), dest / "mlflow.db")
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
         subprocess.run(cmd, cwd=dest, check=True)

@@ -16,6 +16,7 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit import audit
+from pipeline.audit import main as audit_main
 from pipeline.dvc_lock import dvc_md5
 from seqcore.audit import AuditReport, json_diffs, nonblank_lines, version_diffs
 from seqcore.training.checkpoint import load_blob, save_blob
@@ -35,11 +36,11 @@ def result(audit_result: tuple[Path, str]) -> tuple[Path, str]:
 
 
 def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, strict_env: bool = False,
-              rebuild: bool = False) -> AuditReport:
+              rebuild: bool = False, only: tuple[str, ...] = ()) -> AuditReport:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
     with contextlib.chdir(repo):
-        report = audit(strict_env=strict_env, rebuild=rebuild)
+        report = audit(strict_env=strict_env, rebuild=rebuild, only=only)
     print(report.render())
     return report
 
@@ -142,12 +143,38 @@ def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: 
     tamper, expected = TAMPERING[kind]
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
     tamper(repo)
-    report = run_audit(repo, monkeypatch)
+    # "at least these checks fail" needs only those checks; "only the MLflow check fails"
+    # needs them all
+    whole = kind == "change an MLflow param"
+    report = run_audit(repo, monkeypatch,
+                       only=() if whole else tuple(c for c in CHECKS if c in expected))
     assert not report.ok
     assert expected <= set(report.failed()), report.render()
-    if kind == "change an MLflow param":
+    if whole:
         assert set(report.failed()) == {"mlflow run"}
         assert "decode.beam_size" in report.render()
+
+
+@pytest.mark.slow
+def test_only_runs_the_named_checks_and_the_verdict_names_them(
+        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    edit_metric(repo)  # caught by "evaluate redone" and "mlflow run", not by "counts"
+    report = run_audit(repo, monkeypatch, only=("counts", "mlflow run"))
+    assert list(report.checks) == ["counts", "mlflow run"]
+    assert report.failed() == ["mlflow run"], report.render()
+    assert report.render().endswith("audit: FAILED (mlflow run) [only: counts, mlflow run]")
+
+
+@pytest.mark.parametrize("value", ["counts,dvc stat", "", " , "])
+def test_only_with_an_unknown_check_stops_in_one_line_naming_the_choices(
+        value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(sys, "argv", ["audit", "--only", value])
+    with pytest.raises(SystemExit) as stop:
+        audit_main()
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("audit: --only") and "choose from: " + ", ".join(CHECKS) in err
 
 
 @pytest.mark.slow

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -35,8 +37,11 @@ def tiny_repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathF
 def test_repro_writes_every_declared_output(tiny_repo: Path) -> None:
     for path in ("data/raw/cmudict.dict", "data/prepared/manifest.json", "tokenizer/contract.json",
                  "models/model.pt", "predictions/test.jsonl", "reports/metrics.json",
-                 "reports/report.md", "reports/buckets.csv", "reports/train_log.csv", "mlflow.db"):
+                 "reports/report.md", "reports/buckets.csv", "reports/train_log.csv"):
         assert (tiny_repo / path).exists(), path
+    # the repository starts with an empty store (tests.conftest.copy_repo): the run is in it
+    with contextlib.closing(sqlite3.connect(tiny_repo / "mlflow.db")) as db:
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
 
 
 def test_status_is_clean_and_second_repro_reruns_nothing(tiny_repo: Path) -> None:

@@ -32,12 +32,10 @@ def _short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-@pytest.fixture(scope="module")
-def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An initialised, empty sqlite store; tests copy it (creating the tables is slow)."""
-    path = tmp_path_factory.mktemp("store") / "empty.db"
-    mlflow.MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
+@pytest.fixture
+def empty_store() -> Path:
+    """An initialised, empty sqlite store (one per session); tests copy it."""
+    return empty_mlflow_store()
 
 
 def store_copy(empty_store: Path, dest: Path) -> Path:
