@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import yaml
 from pipeline.audit import read_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
-from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.conftest import copy_result
 from tests.factories import REPO
 from tests.servers import (
     MLFLOW_SERVER, S3_KEY_ID, S3_SECRET, S3Store, free_port, mlflow_server, postgres_server,
@@ -130,11 +131,27 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     assert not [p for p in ports if listening(p)], "a test server outlived its fixture"
 
 
+def without_evaluate(result: Path, dest: Path) -> Path:
+    """A copy of the session's tiny result whose evaluate stage has not run yet: its lock
+    entry and DVC's run cache are gone, so the documented `dvc repro` runs evaluate (which
+    logs to the team server) and nothing upstream (the upstream stages are what every tiny
+    result shares; evaluate is the one this flow is about)."""
+    repo = copy_result(result, dest)
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    del lock["stages"]["evaluate"]
+    (repo / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    shutil.rmtree(repo / ".dvc/cache/runs")
+    (repo / "mlflow.db").unlink()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "before evaluate")
+    return repo
+
+
 @pytest.fixture(scope="module")
-def person_a(team: Team, tmp_path_factory: pytest.TempPathFactory) -> PersonA:
+def person_a(team: Team, audit_result: tuple[Path, str],
+             tmp_path_factory: pytest.TempPathFactory) -> PersonA:
     """A tiny result reproduced with the team server, pushed and committed."""
-    repo = copy_repo(tmp_path_factory.mktemp("alice"),
-                     merge(TINY_PARAMS, {"evaluate": {"prediction_sample": 5}}))
+    repo = without_evaluate(audit_result[0], tmp_path_factory.mktemp("alice") / "repo")
     env = base_env()
     for command in SETUP_A:
         sh(repo, command.format(**team.values()), env)
