@@ -31,26 +31,6 @@ for stage in sys.argv[1:]:
     runpy.run_module(f"pipeline.{stage}", run_name="__main__", alter_sys=True)
 """
 
-#: pipeline.train, SIGKILLed half-way through writing ckpt-00000008.pt: the temporary file
-#: holds half the bytes and the rename never happens, as after a real crash.
-KILLED_TRAIN = r"""
-import os, runpy, signal, sys
-import seqcore.training.checkpoint as checkpoint
-
-real_write = checkpoint.atomic_write
-
-def dying_write(path, data):
-    if path.name == "ckpt-00000008.pt":
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(data[: len(data) // 2])
-        os.kill(os.getpid(), signal.SIGKILL)
-    real_write(path, data)
-
-checkpoint.atomic_write = dying_write
-sys.argv = ["pipeline/train.py"]
-runpy.run_module("pipeline.train", run_name="__main__", alter_sys=True)
-"""
-
 TRACKED = ("checkpoints", "models/model.pt", "models/model.pt.sha256", "reports/train_log.csv",
            "reports/train_metrics.json")
 
@@ -85,7 +65,9 @@ def test_training_killed_during_a_checkpoint_write_resumes_to_identical_bytes(
     crashed = shutil.copytree(prepared, tmp_path / "crashed", symlinks=True)
     res = python(straight, STAGES, "train")
     assert res.returncode == 0, res.stderr[-3000:]
-    res = python(crashed, KILLED_TRAIN)
+    res = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
+                          "--during", "ckpt-00000008.pt"], cwd=crashed, capture_output=True,
+                         text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
     assert res.returncode == -9, res.stderr[-3000:]
     assert list(crashed.glob("checkpoints/*/.ckpt-00000008.pt.tmp-*"))
     res = python(crashed, STAGES, "train")

@@ -35,7 +35,7 @@ from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
 from seqcore.determinism import set_determinism
 from seqcore.training.loop import TrainLoop
-from tests.conftest import TINY_PARAMS, copy_repo, merge
+from tests.conftest import copy_result, merge
 from tests.factories import IDS, examples, tiny_lm, tiny_model
 from tests.test_pipeline_e2e import dvc
 
@@ -177,8 +177,8 @@ def test_cuda_without_a_gpu_is_a_one_line_error() -> None:
 # -- the train stage under torchrun, through dvc repro ----------------------------------------
 
 #: 2 ranks, long enough (a few seconds) to be killed between two checkpoints.
-PARAMS = merge(TINY_PARAMS, {"train": {"nproc": 2, "threads": 1, "max_steps": 60,
-                                       "checkpoint_every": 10, "eval_every": 30}})
+TRAIN = {"train": {"nproc": 2, "threads": 1, "max_steps": 60, "checkpoint_every": 10,
+                   "eval_every": 30}}
 
 
 def log_rows(repo: Path) -> list[dict[str, str]]:
@@ -189,9 +189,15 @@ def log_rows(repo: Path) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def two_rank_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("ddp"), PARAMS)
-    dvc(repo, "repro")
+def two_rank_repo(audit_result: tuple[Path, str],
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's tiny result re-trained with two ranks (`dvc repro` re-runs validate,
+    train, decode and evaluate; the data and tokenizer stages are the copied ones)."""
+    repo = copy_result(audit_result[0], tmp_path_factory.mktemp("ddp") / "repo")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    (repo / "params.yaml").write_text(yaml.safe_dump(merge(params, TRAIN), sort_keys=False))
+    out = dvc(repo, "repro")
+    assert "Running stage 'tokenizer'" not in out and "Running stage 'train'" in out, out
     return repo
 
 

@@ -1,0 +1,62 @@
+"""Run a pipeline stage that SIGKILLs itself at a named point of its checkpoint writes.
+
+``python -m tests.programs.killed_stage STAGE --after NAME`` kills the process once the
+checkpoint file NAME and its sha256 sidecar are written (a crash between two checkpoints);
+``--during NAME`` kills it half-way through writing NAME (the temporary file holds half the
+bytes and the rename never happens, as after a real crash inside a write). Kill points are
+named, not timed, so the test does not depend on machine load. Exit status -9 when it fired;
+the stage's own status when NAME was never written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import signal
+import sys
+from pathlib import Path
+
+import seqcore.training.checkpoint as checkpoint
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_after(name: str) -> None:
+    real = checkpoint.save_blob
+
+    def save_then_die(path: Path, payload: dict) -> str:
+        digest = real(path, payload)
+        if path.name == name:
+            die()
+        return digest
+    checkpoint.save_blob = save_then_die
+
+
+def kill_during(name: str) -> None:
+    real = checkpoint.atomic_write
+
+    def dying_write(path: Path, data: bytes) -> None:
+        if path.name == name:
+            path.with_name(f".{path.name}.tmp-{os.getpid()}").write_bytes(data[: len(data) // 2])
+            die()
+        real(path, data)
+    checkpoint.atomic_write = dying_write
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("stage")
+    point = parser.add_mutually_exclusive_group(required=True)
+    point.add_argument("--after", metavar="NAME")
+    point.add_argument("--during", metavar="NAME")
+    args = parser.parse_args()
+    kill_after(args.after) if args.after else kill_during(args.during)
+    sys.argv = [f"pipeline/{args.stage}.py"]
+    runpy.run_module(f"pipeline.{args.stage}", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
