@@ -1,14 +1,19 @@
-"""Shared test builders: the repository root, the usual special ids, tiny models and toy
-examples. Each test file imports these instead of writing its own."""
+"""Shared test builders: the repository root, the usual special ids, tiny models, toy
+examples, a tokenizer contract, prediction rows and an independent LM perplexity. Each test
+file imports these instead of writing its own (no test module imports another)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.artifacts.tokenizer_contract import SideContract, TextNormalization, TokenizerContract
 from seqcore.config import ModelConfig, RNNConfig, TransformerConfig
 from seqcore.contract import SpecialIds
+from seqcore.data.documents import CharVocab, Document, split_documents
 from seqcore.data.examples import Example
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
@@ -67,4 +72,76 @@ def examples(n: int, seed: int = 0, low: int = 4, high: int = 11, shift: int = 1
         src = torch.randint(low, high, (k,), generator=g).tolist()
         tgt = [t + shift for t in (src[::-1] if reverse else src)]
         out.append(Example(str(i), str(i), "", "", src, tgt, True))
+    return out
+
+
+FAMILIES = ("transformer", "gru", "lstm")
+
+
+PAD = 0
+
+
+#: A hand-written tokenizer contract (what pipeline/tokenizer.py writes).
+CONTRACT = TokenizerContract(
+    SpecialIds(pad=0, unk=1, bos=2, eos=3), ("<pad>", "<unk>", "<s>", "</s>"),
+    TextNormalization("nfkc", True), "81917843c7f4" + "2" * 52,
+    SideContract("src.model", "761378d3" + "0" * 56, "char", 33, 40, 1.0),
+    SideContract("tgt.model", "0faf2d1a" + "1" * 56, "word", 40, 44, 1.0), {})
+
+
+# (id, group, reference, hypothesis, eos, pieces-override): variants of "either" share a group.
+CASES = [
+    ("1", "either", "IY DH ER", "AY DH ER", True, None),
+    ("2", "either", "AY DH ER", "AY DH ER", True, None),
+    ("3", "cat", "K AE T", "K AE T", True, None),
+    ("4", "dog", "D AO G", "", True, None),
+    ("5", "abab", "AH B AH B", "AH B AH B AH B AH B", False, None),
+    ("6", "unk", "S IH T IY", "S <unk> T IY", True, ["S", "<unk>", "T", "IY"]),
+    ("7", "xq", "EH K S", "EH K QQ", True, None),
+    ("8", "long", "AH B K D EH F G HH IH JH K", "AH B K D EH F G HH", True, None),
+    ("9", "kk", "K", "K K K", True, None),
+]
+
+
+def make_rows() -> list[PredictionRow]:
+    rows = []
+    for id_, group, ref, hyp, eos, pieces in CASES:
+        toks = hyp.split()
+        rows.append(PredictionRow(id_, group, f"src{id_}", ref, hyp, list(range(len(toks))),
+                                  pieces or toks, -1.0, -1.0, len(toks), eos, []))
+    return rows
+
+
+def document_nll(model: torch.nn.Module, doc: list[int], window: int | None) -> float:
+    """Summed NLL of ``BOS doc EOS`` read in windows of ``window`` positions (None: whole),
+    each window from the zero state."""
+    seq = [IDS.bos, *doc, IDS.eos]
+    inputs, labels = torch.tensor(seq[:-1]), torch.tensor(seq[1:])
+    width = window or len(inputs)
+    was_training, total = model.training, 0.0
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(inputs), width):
+            logits, _ = model(inputs[None, start:start + width], model.initial_state(1))
+            total += float(torch.nn.functional.cross_entropy(
+                logits[0], labels[start:start + width], reduction="sum"))
+    model.train(was_training)
+    return total
+
+
+def model_file_perplexities(path: Path, docs: list[Document], dev: float, test: float,
+                            bptt: int) -> dict[str, float]:
+    """The lm report's perplexities recomputed by hand from a saved model file: exp(summed
+    NLL / tokens) over the held-out tails of ``docs``, carried or reset every segment."""
+    blob = torch.load(path, weights_only=True)
+    model = RNNLM(RNNLMShape(**blob["lm_shape"]))
+    model.load_state_dict(blob["model"])
+    vocab = CharVocab(blob["vocab"], IDS)
+    out = {}
+    for name, split in zip(("dev", "test"), split_documents(docs, dev, test)[1:], strict=True):
+        encoded = [vocab.encode(d.text) for d in split]
+        tokens = sum(len(d) + 1 for d in encoded)
+        for key, window in (("carried", None), ("reset_every_segment", bptt)):
+            nll = sum(document_nll(model, d, window) for d in encoded)
+            out[f"{name}_ppl_{key}"] = math.exp(nll / tokens)
     return out

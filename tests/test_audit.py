@@ -3,7 +3,6 @@ and each kind of tampering, done in a copy, is caught by the check that guards i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -15,12 +14,11 @@ import mlflow
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from pipeline.audit import audit
 from pipeline.audit import main as audit_main
 from pipeline.dvc_lock import dvc_md5
-from seqcore.audit import AuditReport, json_diffs, nonblank_lines, version_diffs
+from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.training.checkpoint import load_blob, save_blob
-from tests.conftest import AUDIT_SAMPLE, tool_env
+from tests.pipeline_helpers import AUDIT_SAMPLE, run_audit, tool_env
 
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
@@ -33,16 +31,6 @@ CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "pre
 @pytest.fixture
 def result(audit_result: tuple[Path, str]) -> tuple[Path, str]:
     return audit_result
-
-
-def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, strict_env: bool = False,
-              rebuild: bool = False, only: tuple[str, ...] = ()) -> AuditReport:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("PATH", tool_env()["PATH"])
-    with contextlib.chdir(repo):
-        report = audit(strict_env=strict_env, rebuild=rebuild, only=only)
-    print(report.render())
-    return report
 
 
 def edit_json_line(path: Path, edit: Callable[[dict], None]) -> None:

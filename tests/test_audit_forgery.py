@@ -19,14 +19,13 @@ import pytest
 from dvc.repo import Repo
 
 from pipeline import evaluate
-from pipeline.audit import audit
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.tracking import read_yaml12
-from seqcore.audit import AuditReport, stage_out_diffs
+from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
-from tests.conftest import tool_env
+from tests.pipeline_helpers import run_audit, tool_env
 
 pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
@@ -167,15 +166,6 @@ FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
     "an edited MLflow tag, step metric and artifact": (
         edited_mlflow_run, {"mlflow run"}, "tag seqcore.version: mlflow run has '9.9.9'"),
 }
-
-
-def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, **options: bool) -> AuditReport:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("PATH", tool_env()["PATH"])
-    with contextlib.chdir(repo):
-        report = audit(**options)
-    print(report.render())
-    return report
 
 
 @pytest.mark.slow

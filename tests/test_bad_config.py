@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import merge
 from tests.factories import REPO
+from tests.pipeline_helpers import merge
 
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
 

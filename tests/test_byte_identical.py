@@ -17,8 +17,8 @@ import pytest
 from pipeline.tracking import git_state
 from seqcore.config import load_config
 from seqcore.training.checkpoint import CheckpointDir
-from tests.conftest import TINY_PARAMS, copy_repo, merge
 from tests.factories import REPO
+from tests.pipeline_helpers import TINY_PARAMS, copy_repo, merge
 
 PARAMS = merge(TINY_PARAMS, {"train": {"max_steps": 12, "checkpoint_every": 4,
                                        "eval_every": 4, "keep_last": 2, "threads": 1}})

@@ -4,42 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from seqcore.data.examples import read_examples
 from seqcore.tokenizer import TokenizerMismatch, load_tokenizers
-from tests.conftest import merge
-from tests.factories import REPO
 from tests.data_samples import BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED
+from tests.pipeline_helpers import run_stage
 
 pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
-
-USER_PARAMS = {
-    "task": "parallel",
-    "paths": {"raw": "data/raw/user.tsv"},
-    # Every row in train, so the split check is off (min_split_rows: 0; tests/test_own_data.py).
-    "data": {"source": "tsv", "path": "data/external/user.tsv", "sha256": "",
-             "bad_rows": "skip", "dev_fraction": 0.0, "test_fraction": 0.0, "min_split_rows": 0},
-    "tokenizer": {"src_model_type": "char", "tgt_model_type": "word"},
-    "sequence": {"max_src_len": 10, "max_tgt_len": 4, "overlong": "truncate"},
-}
-
-
-def run_stage(work: Path, stage: str, overrides: dict | None = None) -> subprocess.CompletedProcess:
-    """``python -m pipeline.<stage>`` with cwd = ``work`` and params = defaults + overrides."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    (work / "params.yaml").write_text(yaml.safe_dump(merge(merge(params, USER_PARAMS),
-                                                           overrides or {})))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], cwd=work, env=env,
-                          capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -35,9 +35,8 @@ from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
 from seqcore.determinism import set_determinism
 from seqcore.training.loop import TrainLoop
-from tests.conftest import copy_result, merge
 from tests.factories import IDS, examples, tiny_lm, tiny_model
-from tests.test_pipeline_e2e import dvc
+from tests.pipeline_helpers import copy_result, dvc, merge
 
 STEPS = 3
 RTOL, ATOL = 1e-5, 1e-7

@@ -10,79 +10,22 @@ a stage for nothing.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import TINY_PARAMS, copy_repo, merge
 from tests.factories import REPO
+from tests.pipeline_helpers import CODE_ROOTS, TINY_PARAMS, copy_repo, import_closure, merge
 
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
-CODE_ROOTS = ("pipeline", "seqcore")
 
 
 def dvc_stages() -> dict:
     return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-
-
-def module_file(name: str) -> Path | None:
-    """The repository file of a dotted module name (package -> its __init__.py), or None."""
-    if name.split(".")[0] not in CODE_ROOTS:
-        return None
-    base = REPO.joinpath(*name.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def imported_names(path: Path) -> set[str]:
-    """Every module an import statement in ``path`` may load (function-level ones too)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            # `from pkg import sub` loads pkg/sub.py when sub is a module
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def task_pieces(module: str) -> list[str]:
-    """The task modules that stage module ``module`` (``pipeline.<stage>``) loads by name:
-    ``<package>.<stage>`` of every task (seqcore.tasks imports a stage's piece with importlib,
-    so no import statement names it)."""
-    from seqcore.tasks import PIECE_STAGES, TASKS  # noqa: PLC0415 (light: no torch)
-
-    stage = module.removeprefix("pipeline.")
-    if not module.startswith("pipeline.") or stage not in PIECE_STAGES:
-        return []
-    return sorted({f"{task.package}.{stage}" for task in TASKS.values()})
-
-
-def import_closure(entry: str) -> set[str]:
-    """Repository files (relative paths) loaded by importing module ``entry`` (and the task
-    pieces its stage asks for)."""
-    todo, seen = [entry], set()
-    while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        # importing a.b.c runs a/__init__.py and a/b/__init__.py first
-        for i in range(1, len(parts) + 1):
-            path = module_file(".".join(parts[:i]))
-            if path is None or path in seen:
-                continue
-            seen.add(path)
-            todo.extend(imported_names(path))
-            todo.extend(task_pieces(".".join(parts[:i])))
-    return {str(p.relative_to(REPO)) for p in seen}
 
 
 def declared_code(stage: dict) -> set[str]:

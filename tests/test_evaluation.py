@@ -23,29 +23,7 @@ from seqcore.metrics.recompute import eval_spec, recompute_metrics
 from seqcore.metrics.report import render_report
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.training.feeds import teacher_forced_nll
-from tests.factories import tiny_model
-
-# (id, group, reference, hypothesis, eos, pieces-override): variants of "either" share a group.
-CASES = [
-    ("1", "either", "IY DH ER", "AY DH ER", True, None),
-    ("2", "either", "AY DH ER", "AY DH ER", True, None),
-    ("3", "cat", "K AE T", "K AE T", True, None),
-    ("4", "dog", "D AO G", "", True, None),
-    ("5", "abab", "AH B AH B", "AH B AH B AH B AH B", False, None),
-    ("6", "unk", "S IH T IY", "S <unk> T IY", True, ["S", "<unk>", "T", "IY"]),
-    ("7", "xq", "EH K S", "EH K QQ", True, None),
-    ("8", "long", "AH B K D EH F G HH IH JH K", "AH B K D EH F G HH", True, None),
-    ("9", "kk", "K", "K K K", True, None),
-]
-
-
-def make_rows() -> list[PredictionRow]:
-    rows = []
-    for id_, group, ref, hyp, eos, pieces in CASES:
-        toks = hyp.split()
-        rows.append(PredictionRow(id_, group, f"src{id_}", ref, hyp, list(range(len(toks))),
-                                  pieces or toks, -1.0, -1.0, len(toks), eos, []))
-    return rows
+from tests.factories import make_rows, tiny_model
 
 
 # -- an independent, straightforward implementation ------------------------------------------

@@ -24,10 +24,8 @@ from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.failures import FailureRules, failure_modes
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, training_summary
-from tests.conftest import copy_result
-from tests.factories import REPO
-from tests.test_evaluation import make_rows
-from tests.test_pipeline_e2e import dvc
+from tests.factories import REPO, make_rows
+from tests.pipeline_helpers import copy_result, dvc
 
 DOC = REPO / "docs/experiments.md"
 EXPERIMENTS = {"lr-half": ["-S", "train.lr=0.5"],

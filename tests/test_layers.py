@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from tests.factories import REPO
+from tests.pipeline_helpers import import_closure, imported_names
 
-from tests.conftest import REPO
-from tests.test_declared_reads import import_closure, imported_names
 
 #: package -> modules it must not import (a prefix covers a whole package).
 FORBIDDEN = {

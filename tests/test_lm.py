@@ -13,12 +13,12 @@ from seqcore.contract import IGNORE_INDEX
 from seqcore.data.batching import Segment, StreamBatcher
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
-from seqcore.models.rnn_lm import RNNLM, RNNLMShape, reset_state
+from seqcore.models.rnn_lm import reset_state
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.lm import LMFeed, lm_nll, segment_loss
 from seqcore.training.loop import TrainLoop
 from seqcore.training.setups import lm_setup
-from tests.factories import IDS, tiny_lm
+from tests.factories import IDS, document_nll, tiny_lm
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
 
@@ -145,41 +145,6 @@ def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -
 
 
 # -- the lm task end to end in the library -----------------------------------------------------
-
-
-def document_nll(model: torch.nn.Module, doc: list[int], window: int | None) -> float:
-    """Summed NLL of ``BOS doc EOS`` read in windows of ``window`` positions (None: whole),
-    each window from the zero state."""
-    seq = [IDS.bos, *doc, IDS.eos]
-    inputs, labels = torch.tensor(seq[:-1]), torch.tensor(seq[1:])
-    width = window or len(inputs)
-    was_training, total = model.training, 0.0
-    model.eval()
-    with torch.no_grad():
-        for start in range(0, len(inputs), width):
-            logits, _ = model(inputs[None, start:start + width], model.initial_state(1))
-            total += float(torch.nn.functional.cross_entropy(
-                logits[0], labels[start:start + width], reduction="sum"))
-    model.train(was_training)
-    return total
-
-
-def model_file_perplexities(path: Path, docs: list[Document], dev: float, test: float,
-                            bptt: int) -> dict[str, float]:
-    """The lm report's perplexities recomputed by hand from a saved model file: exp(summed
-    NLL / tokens) over the held-out tails of ``docs``, carried or reset every segment."""
-    blob = torch.load(path, weights_only=True)
-    model = RNNLM(RNNLMShape(**blob["lm_shape"]))
-    model.load_state_dict(blob["model"])
-    vocab = CharVocab(blob["vocab"], IDS)
-    out = {}
-    for name, split in zip(("dev", "test"), split_documents(docs, dev, test)[1:], strict=True):
-        encoded = [vocab.encode(d.text) for d in split]
-        tokens = sum(len(d) + 1 for d in encoded)
-        for key, window in (("carried", None), ("reset_every_segment", bptt)):
-            nll = sum(document_nll(model, d, window) for d in encoded)
-            out[f"{name}_ppl_{key}"] = math.exp(nll / tokens)
-    return out
 
 
 def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path) -> None:

@@ -9,10 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.pipeline_helpers import copy_repo, dvc, run_audit
 
-from tests.conftest import copy_repo
-from tests.test_audit import run_audit
-from tests.test_pipeline_e2e import dvc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from seqcore.data.documents import cmudict_documents
-from tests.factories import REPO
-from tests.test_lm import model_file_perplexities
+from tests.factories import REPO, model_file_perplexities
 
 pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
 

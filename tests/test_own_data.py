@@ -24,7 +24,7 @@ from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tokenizer import (
     UNK_PIECE, TextContract, Tokenizer, TokenizerSettings, choose_settings, train_sentencepiece)
 from tests.factories import IDS
-from tests.test_data_stages import run_stage
+from tests.pipeline_helpers import run_stage
 
 WORDS = ["cat", "act", "tact", "at", "cab", "bat", "tab", "abc"]
 

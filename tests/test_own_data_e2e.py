@@ -13,9 +13,8 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from tests.pipeline_helpers import TINY_PARAMS, copy_repo, dvc, merge
 
-from tests.conftest import TINY_PARAMS, copy_repo, merge
-from tests.test_pipeline_e2e import dvc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

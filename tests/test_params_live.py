@@ -35,8 +35,8 @@ from seqcore.config import Config, as_dict, flatten, load_config
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.recompute import eval_spec
 from seqcore.training.checkpoint import load_blob
-from tests.conftest import merge
 from tests.factories import REPO
+from tests.pipeline_helpers import merge
 
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 

@@ -12,20 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.pipeline_helpers import copy_result, dvc
 
-from tests.conftest import copy_result
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
-
-
-def dvc(repo: Path, *args: str) -> str:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    res = subprocess.run([shutil.which("dvc", path=env["PATH"]) or "dvc", *args], cwd=repo,
-                         env=env, capture_output=True, text=True)
-    assert res.returncode == 0, f"dvc {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}"
-    return res.stdout + res.stderr
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import copy_result, merge, tool_env
 from tests.factories import REPO
-from tests.test_pipeline_e2e import dvc
+from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -11,8 +11,7 @@ from seqcore.contract import IGNORE_INDEX, attention_mask, masked_softmax, pad_b
 from seqcore.losses import sequence_loss
 from seqcore.models.rnn import RNNSeq2Seq
 from seqcore.models.transformer import Transformer
-from tests.factories import tiny_model
-from tests.test_rules_models import FAMILIES, PAD
+from tests.factories import FAMILIES, PAD, tiny_model
 
 
 def layer_outputs(model: torch.nn.Module, src: torch.Tensor, mask: torch.Tensor,

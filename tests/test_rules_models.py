@@ -18,11 +18,9 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
 from seqcore.training.loop import TrainLoop
 from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
-from tests.factories import examples, tiny_config, tiny_model
+from tests.factories import FAMILIES, PAD, examples, tiny_config, tiny_model
 
-FAMILIES = ("transformer", "gru", "lstm")
 VOCAB = 12
-PAD = 0
 
 
 def logits_of(model: EncoderDecoder, srcs: list[list[int]], tgt: list[int]) -> torch.Tensor:

@@ -18,8 +18,7 @@ from seqcore.losses import sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from seqcore.sequences import make_batch
-from tests.factories import REPO, tiny_model
-from tests.test_rules_models import FAMILIES
+from tests.factories import FAMILIES, REPO, tiny_model
 
 ODD = SpecialIds(pad=5, unk=6, bos=7, eos=4)
 WORDS = ["abcdef", "ghijkl", "mnopq", "fedcba", "kjihg", "qponm", "aceg", "bdfh"]

@@ -9,23 +9,13 @@ import pytest
 import torch
 
 from pipeline.stage import signature
-from seqcore.artifacts.tokenizer_contract import SideContract, TextNormalization, TokenizerContract
 from seqcore.config import Config, SequenceConfig, TrainConfig, load_config
-from seqcore.contract import SpecialIds
 from seqcore.signature import (
     PENDING, contract_signature, derived_params, parse_signature, signature_diff)
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
-from tests.factories import IDS, REPO, examples, tiny_model
-
-
-#: A hand-written tokenizer contract (what pipeline/tokenizer.py writes).
-CONTRACT = TokenizerContract(
-    SpecialIds(pad=0, unk=1, bos=2, eos=3), ("<pad>", "<unk>", "<s>", "</s>"),
-    TextNormalization("nfkc", True), "81917843c7f4" + "2" * 52,
-    SideContract("src.model", "761378d3" + "0" * 56, "char", 33, 40, 1.0),
-    SideContract("tgt.model", "0faf2d1a" + "1" * 56, "word", 40, 44, 1.0), {})
+from tests.factories import CONTRACT, IDS, REPO, examples, tiny_model
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from seqcore.signature import contract_fields, parse_signature
 from seqcore.tasks import PIECE_STAGES, TASKS, Task, TaskError, get_task
 from seqcore.tasks.lm.corpus import lm_corpus
 from seqcore.training.setups import lm_setup
-from tests.conftest import REPO
-from tests.test_signature import CONTRACT
+from tests.factories import CONTRACT, REPO
 
 LM = {"task": "lm", "model": {"family": "gru", "rnn": {"embed_dim": 4, "hidden": 8}},
       "train": {"batch_size": 2, "bptt_len": 5, "threads": 1}}

@@ -30,11 +30,11 @@ import yaml
 from pipeline.audit import read_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
-from tests.conftest import copy_result
 from tests.factories import REPO
 from tests.servers import (
     MLFLOW_SERVER, S3_KEY_ID, S3_SECRET, S3Store, free_port, mlflow_server, postgres_server,
     s3_server)
+from tests.pipeline_helpers import copy_result
 
 DVC_BUCKET, MLFLOW_BUCKET = "seqcore-dvc", "seqcore-mlflow"
 ARTIFACTS = f"s3://{MLFLOW_BUCKET}/artifacts"

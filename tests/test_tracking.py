@@ -22,7 +22,7 @@ from pipeline.tracking import (
     MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, log_seconds, param_items,
     tracking_uri)
 from tests.factories import REPO
-
+from tests.pipeline_helpers import empty_mlflow_store
 
 
 @pytest.fixture(autouse=True)

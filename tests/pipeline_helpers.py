@@ -1,0 +1,208 @@
+"""Helpers of the tests that run the pipeline: tiny parameters, repository copies, `dvc`,
+the stages and the audit as a user runs them, and the import closure of a stage's modules.
+Test modules import these from here (no test module imports another)."""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import contextlib
+import functools
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seqcore.audit import AuditReport
+from tests.factories import REPO
+
+#: Parameters small enough for the end-to-end `dvc repro` test (a few hundred pairs).
+TINY_PARAMS = {
+    "data": {"max_pairs": 400},
+    "model": {"transformer": {"d_model": 32, "n_heads": 2, "enc_layers": 1, "dec_layers": 1,
+                              "d_ff": 64}},
+    # noam at rate 1: a schedule the tiny model learns from in 6 steps (the default cosine
+    # 3e-3 is sized for 10,000), so its outputs vary and every metric is defined; best_dev
+    # (the default is last) so the result has a best.pt whose corruption a test can check
+    "train": {"max_steps": 6, "batch_size": 32, "eval_every": 3, "checkpoint_every": 3,
+              "warmup_steps": 2, "schedule": "noam", "lr": 1.0, "select": "best_dev"},
+    # greedy: beam search on a 6-step model mostly ends at the first token (the beam-search
+    # curse of an untrained model), which leaves length and n-gram metrics undefined
+    "decode": {"max_len": 12, "strategy": "greedy"},
+}
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Recursively overlay ``override`` on ``base`` (new dict)."""
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = merge(base.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+@functools.cache
+def empty_mlflow_store() -> Path:
+    """An initialised, empty sqlite MLflow store, made once per test session: creating its
+    tables takes 2-3 s, which every new repository would otherwise pay in its first run."""
+    folder = Path(tempfile.mkdtemp(prefix="seqcore-empty-store-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    import mlflow  # noqa: PLC0415 (slow import, only for the tests that need a store)
+
+    mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+    return folder / "mlflow.db"
+
+
+def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
+    """Copy the git-tracked (and untracked, not ignored) files into ``dest`` as a fresh git
+    repo, with params.yaml overlaid by ``overrides``, and an empty MLflow store at the
+    default ``mlflow.db`` (git ignores it; the first run logs into it as into a new one)."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    for name in filter(None, (f.decode() for f in files)):
+        src = REPO / name
+        if src.is_file() and not name.startswith(("tests/", "benchmarks/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    (dest / "params.yaml").write_text(yaml.safe_dump(merge(params, overrides or {}),
+                                                     sort_keys=False))
+    (dest / "dvc.lock").unlink(missing_ok=True)
+    shutil.copyfile(empty_mlflow_store(), dest / "mlflow.db")
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dest, check=True)
+    return dest
+
+
+def copy_result(src: Path, dest: Path) -> Path:
+    """A working copy at ``dest`` of a repository after `dvc repro` (a shared result that a
+    test changes): its files, git, DVC cache and an MLflow store whose artifact locations
+    point into the copy, not into ``src``."""
+    shutil.copytree(src, dest, symlinks=True)
+    if (dest / "mlflow.db").exists():
+        with contextlib.closing(sqlite3.connect(dest / "mlflow.db")) as db, db:
+            db.execute("UPDATE experiments SET artifact_location = "
+                       "replace(artifact_location, ?, ?)", (str(src), str(dest)))
+            db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)",
+                       (str(src), str(dest)))
+    return dest
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for `dvc` and stage subprocesses: this venv first, the repo's MLflow."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+#: evaluate.prediction_sample of the audited tiny result; decode.batch_size 8 gives the
+#: 24 test examples three decode batches.
+AUDIT_SAMPLE = 5
+
+
+def dvc(repo: Path, *args: str) -> str:
+    """`dvc ARGS` in ``repo`` (this venv's); asserts success and returns what it printed."""
+    env = tool_env()
+    res = subprocess.run([shutil.which("dvc", path=env["PATH"]) or "dvc", *args], cwd=repo,
+                         env=env, capture_output=True, text=True)
+    assert res.returncode == 0, f"dvc {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}"
+    return res.stdout + res.stderr
+
+
+def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, *, strict_env: bool = False,
+              rebuild: bool = False, only: tuple[str, ...] = (),
+              use_mlflow: bool = True) -> AuditReport:
+    """The audit in-process in ``repo``, as `python -m pipeline.audit` runs it there."""
+    from pipeline.audit import audit  # noqa: PLC0415 (heavy: only the tests that audit)
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("PATH", tool_env()["PATH"])
+    with contextlib.chdir(repo):
+        report = audit(use_mlflow=use_mlflow, strict_env=strict_env, rebuild=rebuild, only=only)
+    print(report.render())
+    return report
+
+
+USER_PARAMS = {
+    "task": "parallel",
+    "paths": {"raw": "data/raw/user.tsv"},
+    # Every row in train, so the split check is off (min_split_rows: 0; tests/test_own_data.py).
+    "data": {"source": "tsv", "path": "data/external/user.tsv", "sha256": "",
+             "bad_rows": "skip", "dev_fraction": 0.0, "test_fraction": 0.0, "min_split_rows": 0},
+    "tokenizer": {"src_model_type": "char", "tgt_model_type": "word"},
+    "sequence": {"max_src_len": 10, "max_tgt_len": 4, "overlong": "truncate"},
+}
+
+
+def run_stage(work: Path, stage: str, overrides: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m pipeline.<stage>`` with cwd = ``work`` and params = defaults + overrides."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    (work / "params.yaml").write_text(yaml.safe_dump(merge(merge(params, USER_PARAMS),
+                                                           overrides or {})))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], cwd=work, env=env,
+                          capture_output=True, text=True)
+
+
+CODE_ROOTS = ("pipeline", "seqcore")
+
+
+def module_file(name: str) -> Path | None:
+    """The repository file of a dotted module name (package -> its __init__.py), or None."""
+    if name.split(".")[0] not in CODE_ROOTS:
+        return None
+    base = REPO.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module an import statement in ``path`` may load (function-level ones too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            # `from pkg import sub` loads pkg/sub.py when sub is a module
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def task_pieces(module: str) -> list[str]:
+    """The task modules that stage module ``module`` (``pipeline.<stage>``) loads by name:
+    ``<package>.<stage>`` of every task (seqcore.tasks imports a stage's piece with importlib,
+    so no import statement names it)."""
+    from seqcore.tasks import PIECE_STAGES, TASKS  # noqa: PLC0415 (light: no torch)
+
+    stage = module.removeprefix("pipeline.")
+    if not module.startswith("pipeline.") or stage not in PIECE_STAGES:
+        return []
+    return sorted({f"{task.package}.{stage}" for task in TASKS.values()})
+
+
+def import_closure(entry: str) -> set[str]:
+    """Repository files (relative paths) loaded by importing module ``entry`` (and the task
+    pieces its stage asks for)."""
+    todo, seen = [entry], set()
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+        for i in range(1, len(parts) + 1):
+            path = module_file(".".join(parts[:i]))
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            todo.extend(imported_names(path))
+            todo.extend(task_pieces(".".join(parts[:i])))
+    return {str(p.relative_to(REPO)) for p in seen}
