@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from seqcore.contract import SpecialIds
 from tests.factories import IDS
 from tests.pipeline_helpers import AUDIT_SAMPLE, TINY_PARAMS, copy_repo, merge, tool_env
+from tests.servers import Team, team_stack
 
 
 @pytest.fixture(autouse=True)
@@ -35,3 +37,11 @@ def audit_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                          env=tool_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return repo, res.stdout + res.stderr
+
+
+@pytest.fixture(scope="session")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    """S3 (moto), PostgreSQL and an MLflow server on both, once per session (starting them
+    takes about 20 s): the team tests and the tracking test over HTTP share them."""
+    with team_stack(tmp_path_factory.mktemp("mlflow") / "server.log") as stack:
+        yield stack

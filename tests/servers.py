@@ -206,3 +206,43 @@ def stop_group(proc: subprocess.Popen) -> None:
             continue
     with contextlib.suppress(ProcessLookupError):  # children that outlived their parent
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+# --- the team stack: S3, PostgreSQL and an MLflow server on both ----------------------------
+
+DVC_BUCKET, MLFLOW_BUCKET = "seqcore-dvc", "seqcore-mlflow"
+ARTIFACTS = f"s3://{MLFLOW_BUCKET}/artifacts"
+
+
+@dataclass(frozen=True)
+class Team:
+    s3: S3Store
+    mlflow: str
+
+    def values(self) -> dict[str, str]:
+        return {"s3": self.s3.endpoint, "mlflow": self.mlflow, "key_id": S3_KEY_ID,
+                "secret": S3_SECRET}
+
+
+def listening(port: int) -> list[str]:
+    """Addresses with a listening TCP socket on ``port`` (any process)."""
+    import psutil  # noqa: PLC0415
+
+    return [c.laddr.ip for c in psutil.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+
+
+@contextlib.contextmanager
+def team_stack(log: Path) -> Iterator[Team]:
+    """S3 (moto), PostgreSQL and an MLflow server on both; afterwards nothing listens on
+    their ports any more (asserted)."""
+    with contextlib.ExitStack() as stack:
+        s3 = stack.enter_context(s3_server((DVC_BUCKET, MLFLOW_BUCKET)))
+        backend = stack.enter_context(postgres_server())
+        url = stack.enter_context(mlflow_server(backend, ARTIFACTS, s3, log))
+        ports = [int(u.rsplit(":", 1)[1].split("/")[0]) for u in (s3.endpoint, backend, url)]
+        yield Team(s3, url)
+    deadline = time.monotonic() + 10
+    while any(listening(p) for p in ports) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in ports if listening(p)], "a test server outlived its fixture"

@@ -10,7 +10,6 @@ Without PostgreSQL or moto the server tests skip and say what to install; CI
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +30,9 @@ from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.factories import REPO
 from tests.servers import (
-    MLFLOW_SERVER, S3_KEY_ID, S3_SECRET, S3Store, free_port, mlflow_server, postgres_server,
-    s3_server)
+    ARTIFACTS, DVC_BUCKET, MLFLOW_BUCKET, MLFLOW_SERVER, S3_SECRET, Team, free_port, listening)
 from tests.pipeline_helpers import copy_result
 
-DVC_BUCKET, MLFLOW_BUCKET = "seqcore-dvc", "seqcore-mlflow"
-ARTIFACTS = f"s3://{MLFLOW_BUCKET}/artifacts"
 EXPERIMENT = "seqcore-g2p"
 #: Person A's tracking URI carries this password, and a second (unused) DVC remote's URL in
 #: her local config this one; they must show up nowhere (#15, secrets).
@@ -90,45 +85,10 @@ def with_password(url: str) -> str:
 
 
 @dataclass(frozen=True)
-class Team:
-    s3: S3Store
-    mlflow: str
-
-    def values(self) -> dict[str, str]:
-        return {"s3": self.s3.endpoint, "mlflow": self.mlflow, "key_id": S3_KEY_ID,
-                "secret": S3_SECRET}
-
-
-@dataclass(frozen=True)
 class PersonA:
     repo: Path
     console: str  # everything `dvc repro` and `dvc push` printed
     run_id: str  # the run evaluate logged during `dvc repro`
-
-
-def listening(port: int) -> list[str]:
-    """Addresses with a listening TCP socket on ``port`` (any process)."""
-    import psutil  # noqa: PLC0415
-
-    return [c.laddr.ip for c in psutil.net_connections("inet")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
-
-
-@pytest.fixture(scope="module")
-def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
-    """S3 (moto), PostgreSQL and an MLflow server on both, once for the module; afterwards
-    nothing listens on their ports any more."""
-    log = tmp_path_factory.mktemp("mlflow") / "server.log"
-    with contextlib.ExitStack() as stack:
-        s3 = stack.enter_context(s3_server((DVC_BUCKET, MLFLOW_BUCKET)))
-        backend = stack.enter_context(postgres_server())
-        url = stack.enter_context(mlflow_server(backend, ARTIFACTS, s3, log))
-        ports = [int(u.rsplit(":", 1)[1].split("/")[0]) for u in (s3.endpoint, backend, url)]
-        yield Team(s3, url)
-    deadline = time.monotonic() + 10
-    while any(listening(p) for p in ports) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in ports if listening(p)], "a test server outlived its fixture"
 
 
 def without_evaluate(result: Path, dest: Path) -> Path:

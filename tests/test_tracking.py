@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from pipeline.tracking import (
     MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, log_seconds, param_items,
     tracking_uri)
 from tests.factories import REPO
+from tests.servers import Team
 from tests.pipeline_helpers import empty_mlflow_store
 
 
@@ -152,35 +152,8 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
 
 
 @pytest.mark.slow
-def test_run_logged_to_an_mlflow_server_reads_back_over_http(
-        tmp_path: Path, empty_store: Path) -> None:
-    port = free_port()
-    backend = store_copy(empty_store, tmp_path / "server.db")
-    server = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{backend}",
-         "--artifacts-destination", str(tmp_path / "artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 150  # a loaded CI machine needs tens of seconds
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                assert server.poll() is None, "mlflow server exited"
-                assert time.monotonic() < deadline, "mlflow server did not become healthy"
-                time.sleep(0.5)
-        record = make_record(url, n_params=120)
-        rid = log_run(record)
-        assert_run_matches(mlflow.MlflowClient(url), rid, record, tmp_path)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+def test_run_logged_to_an_mlflow_server_reads_back_over_http(tmp_path: Path, team: Team) -> None:
+    # the session's team server (runs in PostgreSQL, artifacts proxied to S3)
+    record = make_record(team.mlflow, n_params=120)
+    rid = log_run(record)
+    assert_run_matches(mlflow.MlflowClient(team.mlflow), rid, record, tmp_path)
