@@ -98,6 +98,8 @@ def first_difference(name: str, sides: tuple[str, str], left: bytes, right: byte
         sides: labels of the two versions, e.g. ("file", "recomputed").
         ignore_fields: top-level JSON keys not compared (compared by another check).
     """
+    if left == right:  # equal bytes, whatever they parse to (a JSON list too)
+        return []
     kind = Path(name).suffix
     try:
         a, b = left.decode("utf-8"), right.decode("utf-8")
@@ -109,14 +111,10 @@ def first_difference(name: str, sides: tuple[str, str], left: bytes, right: byte
                 if x == y:
                     return []
             return _fields(f"{name}: ", sides, x, y) or [f"{name}: bytes differ (formatting)"]
-        if left == right:
-            return []
         if kind == ".png" or "\0" in a:
             raise UnicodeDecodeError("utf-8", left, 0, 1, "binary")
         return _rows(name, kind, sides, a, b)
     except (UnicodeDecodeError, ValueError):
-        if left == right:
-            return []
         offset = next((i for i, (p, q) in enumerate(zip(left, right)) if p != q),
                       min(len(left), len(right)))
         return [f"{name}: bytes differ from offset {offset}: {sides[0]} sha256 "
