@@ -28,7 +28,7 @@ repro: $(STAMP)
 	dvc repro
 
 test: $(STAMP)
-	python -m pytest -q
+	python -m pytest -q --durations=30
 
 # The inner loop: every test not marked slow (no dvc repro, servers or subprocess training;
 # docs/testing.md). `make test` (CI) still runs everything.
