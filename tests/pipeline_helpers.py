@@ -94,10 +94,40 @@ def copy_result(src: Path, dest: Path) -> Path:
     return dest
 
 
+@functools.cache
+def stage_worker_bin() -> str | None:
+    """A folder whose ``python`` runs `python -m pipeline.<stage>` in the session's stage
+    worker (tests/programs/stage_server.py: torch and MLflow imported once, each stage a
+    forked child), started on first use; None when SEQCORE_STAGE_WORKER=0 (every stage then
+    a fresh interpreter, as for a user)."""
+    if os.environ.get("SEQCORE_STAGE_WORKER") == "0":
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="seqcore-stage-worker-"))
+    address = str(folder / "socket")
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 (open while the server runs)
+    server = subprocess.Popen([sys.executable, "-m", "tests.programs.stage_server", address],
+                              cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                              stdout=subprocess.PIPE, stderr=log)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    atexit.register(server.kill)
+    assert server.stdout is not None and server.stdout.readline() == b"ready\n", \
+        (folder / "server.log").read_text()
+    from tests.programs.stage_server import shim_source  # noqa: PLC0415
+
+    shim = folder / "bin" / "python"
+    shim.parent.mkdir()
+    shim.write_text(shim_source(sys.executable, address))
+    shim.chmod(0o755)
+    return str(shim.parent)
+
+
 def tool_env() -> dict[str, str]:
-    """The environment for `dvc` and stage subprocesses: this venv first, the repo's MLflow."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    """The environment for `dvc` and stage subprocesses: this venv first on PATH (after the
+    stage worker's ``python``), the repo's MLflow."""
+    path = os.pathsep.join(filter(None, (stage_worker_bin(), str(Path(sys.executable).parent),
+                                         os.environ["PATH"])))
+    env = dict(os.environ, PATH=path, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+               MLFLOW_HTTP_REQUEST_TIMEOUT="5")
     env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
