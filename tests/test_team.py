@@ -17,7 +17,6 @@ import shlex
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.factories import REPO
 from tests.servers import (
     ARTIFACTS, DVC_BUCKET, MLFLOW_BUCKET, MLFLOW_SERVER, S3_SECRET, Team, free_port, listening)
-from tests.pipeline_helpers import copy_result
+from tests.pipeline_helpers import copy_result, tool_env
 
 EXPERIMENT = "seqcore-g2p"
 #: Person A's tracking URI carries this password, and a second (unused) DVC remote's URL in
@@ -61,7 +60,7 @@ def base_env() -> dict[str, str]:
     """This environment without tracking or cloud settings, the venv first on PATH."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AWS_", "MLFLOW_TRACKING_", "MLFLOW_S3_"))}
-    return env | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+    return env | {"PATH": tool_env()["PATH"],  # the stage worker's python, then the venv
                   "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
 
 

@@ -31,10 +31,14 @@ import sys
 import traceback
 from pathlib import Path
 
-STAGES = ("validate", "fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
-#: Task pieces the stages load by name (seqcore.tasks), imported ahead like the stages.
-WARM = ("torch", "mlflow", "sentencepiece", "sacrebleu", "seqcore.tasks.parallel.decode",
-        "seqcore.tasks.parallel.evaluate", "seqcore.tasks.lm.decode", "seqcore.tasks.lm.evaluate")
+#: The pipeline modules served: the stages, the audit and the tracking CLI (replay).
+STAGES = ("validate", "fetch", "prepare", "tokenizer", "train", "decode", "evaluate", "audit",
+          "tracking")
+#: Task pieces the stages load by name (seqcore.tasks) and what the audit imports when it
+#: runs, imported ahead like the stages.
+WARM = ("torch", "mlflow", "sentencepiece", "sacrebleu", "dvc.repo",
+        "seqcore.tasks.parallel.decode", "seqcore.tasks.parallel.evaluate",
+        "seqcore.tasks.lm.decode", "seqcore.tasks.lm.evaluate")
 CODE = ("pipeline", "seqcore")
 REPO = Path(__file__).resolve().parents[2]
 
