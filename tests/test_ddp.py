@@ -36,7 +36,7 @@ from seqcore.training.lm import LMFeed
 from seqcore.determinism import set_determinism
 from seqcore.training.loop import TrainLoop
 from tests.factories import IDS, examples, tiny_lm, tiny_model
-from tests.pipeline_helpers import copy_result, dvc, merge
+from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
 STEPS = 3
 RTOL, ATOL = 1e-5, 1e-7
@@ -203,10 +203,9 @@ def two_rank_repo(audit_result: tuple[Path, str],
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_repro_with_two_processes_completes_and_passes_the_audit(two_rank_repo: Path) -> None:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    res = subprocess.run([sys.executable, "-m", "pipeline.audit"],
-                         cwd=two_rank_repo, env=env, capture_output=True, text=True)
+    # `python` from PATH: the stage worker's (the audit's subject is the result, not a process)
+    res = subprocess.run(["python", "-m", "pipeline.audit"], cwd=two_rank_repo, env=tool_env(),
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "audit: PASSED" in res.stdout + res.stderr
 

@@ -155,6 +155,7 @@ def serve(address: str) -> None:
                     os.close(fd)
                 continue
             conn.sendall(b"R")
+            print(f"served {module} in {request['cwd']}", file=sys.stderr, flush=True)
             pid = os.fork()
             if pid == 0:
                 server.close()
