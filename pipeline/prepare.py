@@ -8,10 +8,11 @@ from pathlib import Path
 from pipeline.stage import load, signature
 from seqcore.artifacts.manifests import PreparedManifest, RawSource, manifest_path
 from seqcore.config import Config, as_dict
-from seqcore.data.prepare import prepare_pairs
+from seqcore.data.prepare import dominant_target, prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
+from seqcore.signature import GUARD_KEYS
 from seqcore.tasks import get_task
 
 
@@ -37,6 +38,13 @@ def run(cfg: Config) -> None:
         sys.exit(f"[prepare] {' and '.join(small)} of {sum(map(len, prepared.splits.values()))} "
                  f"kept rows, fewer than data.min_split_rows {d.min_split_rows}; raise "
                  "data.dev_fraction / data.test_fraction or add rows")
+    train = prepared.splits["train"]
+    target, share = dominant_target(train)
+    if share > d.max_target_share:
+        sys.exit(f"[prepare] one target, {target!r}, is {share:.1%} of the {len(train)} train "
+                 f"rows, more than data.max_target_share {d.max_target_share}: a model that "
+                 f"always writes it would look trained; check the targets of {label}, or "
+                 "raise data.max_target_share")
     out = Path(cfg.paths.prepared)
     out.mkdir(parents=True, exist_ok=True)
     hashes = {}
@@ -46,8 +54,10 @@ def run(cfg: Config) -> None:
         hashes[split] = sha256_file(path)
     write_rejects(Path(cfg.paths.rejects), prepared.rejects)
     summary = prepared.summary()
-    # data.sha256 is fetch's business (and not a prepare param in dvc.yaml)
-    settings = {k: v for k, v in as_dict(d).items() if k != "sha256"}
+    # data.sha256 is fetch's business (and not a prepare param in dvc.yaml); a guard changes
+    # no output, so the manifest does not hold it
+    settings = {k: v for k, v in as_dict(d).items()
+                if k != "sha256" and f"data.{k}" not in GUARD_KEYS}
     PreparedManifest(RawSource(str(raw), sha256_file(raw), d.source, label), settings, hashes,
                      cfg.paths.rejects, summary).save(manifest_path(out))
     print(f"[prepare] {summary.rows} rejects={summary.rejects}", file=sys.stderr)

@@ -90,6 +90,10 @@ class DataConfig:
     # prepare stops when dev or test holds fewer rows (evaluate needs examples; issue 13).
     # 0 turns the check off (then an empty split cannot be evaluated).
     min_split_rows: int = 1
+    # prepare stops when one target is more than this share of the train rows: a model that
+    # always writes it would score as if it had learned the task (issue 31). A guard: it
+    # changes no output, so no contract or manifest holds it (seqcore.signature.GUARD_KEYS).
+    max_target_share: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -325,9 +329,14 @@ def experiment_name(cfg: Config) -> str:
     return f"seqcore-{cfg.task}-{Path(cfg.data.path).stem}"
 
 
-def as_dict(cfg: Any) -> dict[str, Any]:
-    """A plain, YAML/JSON-ready dict of a config (tuples become lists)."""
-    return _plain(dataclasses.asdict(cfg))
+def as_dict(cfg: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A plain, YAML/JSON-ready dict of a config (tuples become lists), without the fields
+    named in ``skip`` (which are not even read)."""
+    if not skip:
+        return _plain(dataclasses.asdict(cfg))
+    return {f.name: _plain(dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
+            for f in dataclasses.fields(cfg) if f.name not in skip
+            for v in (getattr(cfg, f.name),)}
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -92,6 +92,9 @@ NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
 #: contract, so a checkpoint or model file written before it still resumes and compares equal.
 #: Any other value is in the contract like every key.
 ADDED_KEYS = {"model.transformer.attention_kernel": "auto"}
+#: Guards: thresholds that decide whether a stage stops and change no output byte, so they
+#: enter no training contract (a raised guard must not make a trained model stale).
+GUARD_KEYS = frozenset({"data.max_target_share"})
 
 
 def runtime_contract(cfg: Config) -> dict[str, Any]:
@@ -114,10 +117,12 @@ def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     runtime contract."""
     from seqcore.config import as_dict, flatten  # noqa: PLC0415
 
-    tree = {k: as_dict(getattr(cfg, k)) for k in sections}
+    # a guard is not even read: the stage that checks it declares it, no other stage does
+    tree = {k: as_dict(getattr(cfg, k), frozenset(
+        g.split(".", 1)[1] for g in GUARD_KEYS if g.startswith(f"{k}."))) for k in sections}
     flat = {k: v for k, v in flatten(tree).items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)
-            and ADDED_KEYS.get(k, object()) != v}
+            and ADDED_KEYS.get(k, object()) != v and k not in GUARD_KEYS}
     flat.update(runtime_contract(cfg))
     return flat
 

@@ -14,6 +14,7 @@ from torch import nn
 from seqcore.config import ConfigError, config_from_dict, experiment_name
 from seqcore.data.coverage import SplitCoverage, UnkStats, coverage_problems
 from seqcore.data.examples import Example, encode_pairs
+from seqcore.data.prepare import dominant_target
 from seqcore.data.inputs import check_source
 from seqcore.data.readers import read_pairs
 from seqcore.data.records import Pair, Reject, write_rejects
@@ -266,3 +267,31 @@ def test_rows_dropped_for_length_above_the_ceiling_stop_the_tokenizer_stage(
     coverage = json.loads((tmp_path / "reports/coverage.json").read_text())
     assert len(rejects) == sum(coverage[s]["dropped_for_length"] for s in
                                ("train", "dev", "test")) > 0  # every dropped row is listed
+
+
+def test_the_dominant_target_and_its_share_are_counted_over_the_rows() -> None:
+    pairs = [Pair(str(i), f"w{i}", t, f"w{i}", i) for i, t in enumerate(["A", "B", "A", "C"])]
+    assert dominant_target(pairs) == ("A", 0.5)
+    assert dominant_target(pairs[1:2]) == ("B", 1.0)
+    assert dominant_target([]) == ("", 0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("same", "stops"), [(75, False), (76, True)])
+def test_one_target_over_max_target_share_of_the_train_rows_stops_prepare_in_one_line(
+        tmp_path: Path, same: int, stops: bool) -> None:
+    # 150 rows, all in train: `same` of them share one target. 75/150 is exactly the
+    # default share 0.5 (allowed), 76/150 is above it (a constant model would look trained).
+    _user_tsv(tmp_path, [f"w{i:03d}\t{'K AE T' if i < same else f'T{i:03d}'}"
+                         for i in range(150)])
+    res = run_stage(tmp_path, "prepare")
+    if not stops:
+        assert res.returncode == 0, res.stderr
+        return
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last == ("[prepare] one target, 'K AE T', is 50.7% of the 150 train rows, more than "
+                    "data.max_target_share 0.5: a model that always writes it would look "
+                    "trained; check the targets of data/external/user.tsv, or raise "
+                    "data.max_target_share")
+    assert not (tmp_path / "data/prepared/manifest.json").exists()

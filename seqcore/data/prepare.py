@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,16 @@ class Prepared:
                              {s: len(self.splits[s]) for s in SPLITS},
                              {s: len({p.group for p in self.splits[s]}) for s in SPLITS},
                              count_rejects(self.rejects), variant_counts(kept))
+
+
+def dominant_target(pairs: list[Pair]) -> tuple[str, float]:
+    """The most common target of ``pairs`` and the share of the pairs it makes up (the
+    first in file order among equals; ``("", 0.0)`` for no pairs)."""
+    counts = Counter(p.target for p in pairs)
+    if not counts:
+        return "", 0.0
+    target, n = counts.most_common(1)[0]
+    return target, n / len(pairs)
 
 
 def input_format(source: str) -> Format:
