@@ -270,3 +270,14 @@ def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
     name = runs[0].data.tags["dvc.exp.name"]
     assert runs[0].info.run_name.startswith(name) and name in res.stdout  # name leads
     assert run_audit(repo, monkeypatch).ok
+
+
+@pytest.mark.slow
+def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
+        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another login name (getpass reads these), in another folder than the result's.
+    repo = shutil.copytree(result[0], tmp_path / "colleague" / "copy", symlinks=True)
+    for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(var, "a-colleague")
+    report = run_audit(repo, monkeypatch, only=("mlflow run",))
+    assert report.ok, report.render()

@@ -9,6 +9,7 @@ gives nothing") sits beside a known answer: the exact line, written out by hand.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import shutil
 import struct
@@ -21,7 +22,7 @@ import mlflow
 import pytest
 import torch
 
-from pipeline.audit_mlflow import mlflow_diffs
+from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
 from pipeline.audit_rederive import training_diffs
 from pipeline.tracking import read_yaml12
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
@@ -437,3 +438,13 @@ def test_a_dvc_lock_tag_that_is_not_the_logged_lock_hash_is_one_line(
     assert audit_run(logged, tmp_path, monkeypatch) == [
         f"run r1 tag dvc.lock.sha256: mlflow run has {sha(b'another lock')!r}, the run's "
         f"dvc.lock artifact has sha256 {sha(LOCK.encode())!r}"]
+
+
+def test_who_made_the_run_is_not_compared_with_who_audits_it_but_must_be_there() -> None:
+    # The audit rebuilds the record as the auditor (mlflow.user is the auditor's login).
+    record = dataclasses.replace(RECORD, tags=RECORD.tags | {"mlflow.user": "alice"})
+    logged = {**record.tags, "mlflow.runName": record.run_name, "mlflow.user": "root"}
+    assert tag_diffs(record, logged, sha(LOCK.encode())) == []
+    del logged["mlflow.user"]
+    assert tag_diffs(record, logged, sha(LOCK.encode())) == [
+        "tag mlflow.user: pipeline record has 'alice', mlflow run has nothing"]
