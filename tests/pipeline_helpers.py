@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -43,6 +44,18 @@ def merge(base: dict, override: dict) -> dict:
     out = dict(base)
     for k, v in override.items():
         out[k] = merge(base.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys to a nested dict: {"a.b": 1} -> {"a": {"b": 1}} (params.yaml's shape)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
     return out
 
 

@@ -39,6 +39,7 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
 from tests.factories import IDS, examples, tiny_model
+from tests.pipeline_helpers import nested
 
 # -- 1. the learning rate the optimiser used ------------------------------------------------
 
@@ -509,17 +510,6 @@ CONTEXT = {"tokenizer.unk_id": {"tokenizer.pad_id": 1},
            "data.test_fraction": {"data.dev_fraction": 0.0}}
 #: A float probe's distance from a bound; an int probe's is 1.
 EPS = 1e-6
-
-
-def nested(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *path, last = key.split(".")
-        node = out
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
 
 
 def probes(key: str) -> list[tuple[float, bool]]:

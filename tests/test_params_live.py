@@ -36,7 +36,7 @@ from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.recompute import eval_spec
 from seqcore.training.checkpoint import load_blob
 from tests.factories import REPO
-from tests.pipeline_helpers import merge
+from tests.pipeline_helpers import merge, nested
 
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 
@@ -275,17 +275,6 @@ def declares(stage_params: list[str | dict], key: str) -> bool:
     if any(isinstance(p, dict) and "params.yaml" in p for p in stage_params):
         return True
     return any(key == p or key.startswith(p + ".") for p in stage_params if isinstance(p, str))
-
-
-def nested(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *path, last = key.split(".")
-        node = out
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
 
 
 @contextlib.contextmanager
