@@ -96,7 +96,9 @@ def _installed(name: str) -> str | None:
 
 def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> None:
     """Add a check's differences; a check that cannot run (missing or broken input) is
-    NOT RUN, which fails the audit."""
+    NOT RUN, which fails the audit. A check the report does not want (``--only``) is skipped."""
+    if not report.wants(name):
+        return
     start = time.perf_counter()
     try:
         report.add(name, check())
@@ -119,6 +121,8 @@ def environment_diffs(meta: ModelMeta, header: PredictionsHeader, run: Any) -> l
 def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> None:
     """The training record against the checkpoints, or (in a clone that pulled the result,
     where the checkpoints never travel) against the model file, with a warning."""
+    if not report.wants("training record"):
+        return
     try:
         folder = R.checkpoint_folder(cfg)
     except Exception as err:  # noqa: BLE001 (as in _run)
@@ -149,35 +153,29 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     """Run every check (or those named in ``only``, from CHECKS) in the current directory (a
     repository with a pipeline result)."""
     cfg = load_config(params)
-    report = A.AuditReport(only=only)
-    wanted = lambda name: not only or name in only  # noqa: E731
+    # --rebuild is asked for by name, so it runs beside an --only list too
+    report = A.AuditReport(only=(*only, "rebuild") if only and rebuild else only)
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
-    if wanted("dvc.lock hashes and params"):
-        _run(report, "dvc.lock hashes and params", lambda: (
-            lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
-            if lock else ["dvc.lock missing"]))
-    if wanted("dvc status"):
-        _run(report, "dvc status", dvc_status)
+    _run(report, "dvc.lock hashes and params", lambda: (
+        lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
+        if lock else ["dvc.lock missing"]))
+    _run(report, "dvc status", dvc_status)
     # Inputs are read when a check needs them: one that is missing or broken makes exactly
     # the checks that need it NOT RUN.
     files = ResultFiles(cfg)
     task = get_task(cfg.task)
-    if wanted("contract"):
-        _run(report, "contract",
-             lambda: task.audit_contract(cfg, files) + common_contract_checks(cfg, files))
-    if wanted("counts"):
-        _run(report, "counts", lambda: task.audit_counts(cfg, files))
+    _run(report, "contract",
+         lambda: task.audit_contract(cfg, files) + common_contract_checks(cfg, files))
+    _run(report, "counts", lambda: task.audit_counts(cfg, files))
     done: dict[str, Any] = {}
     for stage in R.REDERIVED:
-        if wanted(f"{stage} redone"):
-            _run(report, f"{stage} redone",
-                 lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
-    if wanted("training record"):
-        _training_check(report, cfg, files)
+        _run(report, f"{stage} redone",
+             lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
+    _training_check(report, cfg, files)
     run, reason = None, None
-    if use_mlflow and (wanted("mlflow run") or wanted("environment")):
+    if use_mlflow and (report.wants("mlflow run") or report.wants("environment")):
         run, reason = read_run(cfg, run_id)
-    if use_mlflow and wanted("mlflow run"):
+    if use_mlflow and report.wants("mlflow run"):
         if reason:
             report.not_run("mlflow run", reason)
         else:
@@ -186,15 +184,14 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
                     R.rederive_diffs(cfg, lock, "evaluate", done)
             _run(report, "mlflow run", lambda: mlflow_diffs(
                 cfg, run, expected_record(cfg, done, run.data.tags.get("dvc.exp.name")), lock))
-    if wanted("environment"):
+    if report.wants("environment"):
         try:
             report.warn("environment", environment_diffs(files.meta, files.header, run),
                         strict_env)
         except Exception as err:  # noqa: BLE001 (as in _run)
             report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
-    if wanted("package versions"):
-        _run(report, "package versions",
-             lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
+    _run(report, "package versions",
+         lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
     if rebuild:
         _run(report, "rebuild", lambda: rebuild_diffs(cfg, lock))
         if report.checks["rebuild"] and report.status.get("environment") == A.WARNING:

@@ -12,7 +12,7 @@ from seqcore.data.prepare import dominant_target, prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
-from seqcore.signature import GUARD_KEYS
+from seqcore.signature import guard_fields
 from seqcore.tasks import get_task
 
 
@@ -56,8 +56,7 @@ def run(cfg: Config) -> None:
     summary = prepared.summary()
     # data.sha256 is fetch's business (and not a prepare param in dvc.yaml); a guard changes
     # no output, so the manifest does not hold it
-    settings = {k: v for k, v in as_dict(d).items()
-                if k != "sha256" and f"data.{k}" not in GUARD_KEYS}
+    settings = {k: v for k, v in as_dict(d, guard_fields("data")).items() if k != "sha256"}
     PreparedManifest(RawSource(str(raw), sha256_file(raw), d.source, label), settings, hashes,
                      cfg.paths.rejects, summary).save(manifest_path(out))
     print(f"[prepare] {summary.rows} rejects={summary.rejects}", file=sys.stderr)

@@ -54,6 +54,10 @@ class AuditReport:
         if lines and not strict:
             self.status[name] = WARNING
 
+    def wants(self, name: str) -> bool:
+        """Whether check ``name`` is to run (every check unless ``only`` names some)."""
+        return not self.only or name in self.only
+
     @property
     def ok(self) -> bool:
         return not self.failed()

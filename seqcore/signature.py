@@ -97,6 +97,11 @@ ADDED_KEYS = {"model.transformer.attention_kernel": "auto"}
 GUARD_KEYS = frozenset({"data.max_target_share"})
 
 
+def guard_fields(section: str) -> frozenset[str]:
+    """The guard keys of params.yaml section ``section``, as its field names."""
+    return frozenset(k.split(".", 1)[1] for k in GUARD_KEYS if k.startswith(f"{section}."))
+
+
 def runtime_contract(cfg: Config) -> dict[str, Any]:
     """Where training runs, as far as it changes the numbers: the device kind (cpu/cuda) and
     the collective backend (none for one process, gloo on CPU, nccl on CUDA).
@@ -118,8 +123,7 @@ def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     from seqcore.config import as_dict, flatten  # noqa: PLC0415
 
     # a guard is not even read: the stage that checks it declares it, no other stage does
-    tree = {k: as_dict(getattr(cfg, k), frozenset(
-        g.split(".", 1)[1] for g in GUARD_KEYS if g.startswith(f"{k}."))) for k in sections}
+    tree = {k: as_dict(getattr(cfg, k), guard_fields(k)) for k in sections}
     flat = {k: v for k, v in flatten(tree).items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)
             and ADDED_KEYS.get(k, object()) != v and k not in GUARD_KEYS}
