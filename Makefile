@@ -27,13 +27,15 @@ $(STAMP): requirements.lock $(TORCH_LOCK) pyproject.toml
 repro: $(STAMP)
 	dvc repro
 
+# A pytest worker per core, each test single-threaded; a file's tests share a worker, so its
+# module fixtures are built once (docs/testing.md).
 test: $(STAMP)
-	python -m pytest -q --durations=30
+	python -m pytest -q -n auto --dist loadfile --durations=30
 
 # The inner loop: every test not marked slow (no dvc repro, servers or subprocess training;
 # docs/testing.md). `make test` (CI) still runs everything.
 test-fast: $(STAMP)
-	python -m pytest -q -m "not slow"
+	python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 # Check the current result end to end (see README "Audit and experiments").
 audit: $(STAMP)

@@ -18,6 +18,10 @@ from tests.servers import Team, team_stack
 
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
+    # One thread per test: `make test` runs a pytest worker per core (-n auto --dist
+    # loadfile), and two workers of two OpenMP threads each on two cores wait for each other
+    # (10-40x slower); no test's result depends on the thread count.
+    torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
 

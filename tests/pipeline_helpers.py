@@ -15,13 +15,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
+from pipeline.tracking import MAX_PARAMS_PER_BATCH, param_items
+from seqcore.artifacts.run_record import RunRecord
 from seqcore.audit import AuditReport
 from tests.factories import REPO
+
+if TYPE_CHECKING:
+    import mlflow
 
 #: Parameters small enough for the end-to-end `dvc repro` test (a few hundred pairs).
 TINY_PARAMS = {
@@ -32,7 +37,8 @@ TINY_PARAMS = {
     # 3e-3 is sized for 10,000), so its outputs vary and every metric is defined; best_dev
     # (the default is last) so the result has a best.pt whose corruption a test can check
     "train": {"max_steps": 6, "batch_size": 32, "eval_every": 3, "checkpoint_every": 3,
-              "warmup_steps": 2, "schedule": "noam", "lr": 1.0, "select": "best_dev"},
+              "warmup_steps": 2, "schedule": "noam", "lr": 1.0, "select": "best_dev",
+              "threads": 1},  # one thread: the other pytest worker runs beside it
     # greedy: beam search on a 6-step model mostly ends at the first token (the beam-search
     # curse of an untrained model), which leaves length and n-gram metrics undefined
     "decode": {"max_len": 12, "strategy": "greedy"},
@@ -132,6 +138,13 @@ def stage_worker_bin() -> str | None:
     shim.write_text(shim_source(sys.executable, address))
     shim.chmod(0o755)
     return str(shim.parent)
+
+
+def stage_python() -> str:
+    """The ``python`` that `dvc` finds first on PATH in the tests: the stage worker's shim,
+    or this interpreter without the worker."""
+    folder = stage_worker_bin()
+    return str(Path(folder) / "python") if folder else sys.executable
 
 
 def tool_env() -> dict[str, str]:
@@ -249,3 +262,36 @@ def import_closure(entry: str) -> set[str]:
             todo.extend(imported_names(path))
             todo.extend(task_pieces(".".join(parts[:i])))
     return {str(p.relative_to(REPO)) for p in seen}
+
+
+def make_record(uri: str, n_params: int = 2 * MAX_PARAMS_PER_BATCH + 17) -> RunRecord:
+    """A record with more params than one MLflow batch takes, a curve, tags and texts."""
+    params = {f"section.key{i:03d}": i for i in range(n_params)}
+    params |= {"decode.strategy": "greedy", "evaluate.bucket_edges": [4, 6, 8]}
+    return RunRecord(
+        uri, "exp-test", "g2p-transformer-greedy-test", params,
+        {"exact_match": 0.25, "test_perplexity": 3.5},
+        [("train.loss", s, 10.0 / s) for s in (1, 2, 3)],
+        {"contract.signature": "task:g2p|data:abc|fmt:1", "git.dirty": "False"},
+        {"params.yaml": "task: g2p\n", "predictions/test.sample.jsonl": '{"id": 1}\n'})
+
+
+def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: RunRecord,
+                       tmp: Path) -> None:
+    """The run ``rid`` holds every param, metric, step, tag and text of ``record``."""
+    import mlflow  # noqa: PLC0415 (slow import: only the tests that log runs)
+
+    run = client.get_run(rid)
+    assert run.info.run_name == record.run_name
+    assert run.data.params == {k: v for k, v in param_items(record.params)}
+    assert run.data.params["evaluate.bucket_edges"] == "[4, 6, 8]"
+    assert run.data.metrics["exact_match"] == 0.25
+    history = client.get_metric_history(rid, "train.loss")
+    assert [(m.step, m.value) for m in history] == [(s, v) for _, s, v in record.steps]
+    assert {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")} == \
+        record.tags
+    for name, text in record.texts.items():
+        local = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=name,
+                                                    dst_path=str(tmp / rid),
+                                                    tracking_uri=client.tracking_uri)
+        assert Path(local).read_text() == text

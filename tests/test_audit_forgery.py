@@ -25,7 +25,7 @@ from pipeline.tracking import read_yaml12
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
-from tests.pipeline_helpers import run_audit, tool_env
+from tests.pipeline_helpers import run_audit, stage_python, tool_env
 
 pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
@@ -219,6 +219,9 @@ def test_rebuild_reproduces_every_locked_out(audit_result: tuple[Path, str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     repo = audit_result[0]
     monkeypatch.setenv("PATH", tool_env()["PATH"])
+    # The rebuild puts the folder of the interpreter that runs the audit first on PATH: as
+    # if the tests' ``python`` had started it, its stages run in the stage worker.
+    monkeypatch.setattr(sys, "executable", stage_python())
     with contextlib.chdir(repo):
         diffs = rebuild_diffs(load_config("params.yaml"), read_yaml12(Path("dvc.lock")))
     # The training log's wall-clock tokens_per_s column differs run to run (issue 12, item 8).

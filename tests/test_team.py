@@ -21,16 +21,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlflow
 import pytest
 import yaml
 
 from pipeline.audit import read_run
+from pipeline.tracking import log_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.factories import REPO
 from tests.servers import (
     ARTIFACTS, DVC_BUCKET, MLFLOW_BUCKET, MLFLOW_SERVER, S3_SECRET, Team, free_port, listening)
-from tests.pipeline_helpers import copy_result, tool_env
+from tests.pipeline_helpers import assert_run_matches, copy_result, make_record, tool_env
 
 EXPERIMENT = "seqcore-g2p"
 #: Person A's tracking URI carries this password, and a second (unused) DVC remote's URL in
@@ -403,3 +405,11 @@ def test_the_team_page_shows_every_command_the_two_person_test_runs() -> None:
     commands = [*SETUP_A, *PUBLISH_A, *SETUP_B, *CHECK_B, REPLAY, *ENV_LINES]
     missing = [c.format(**DOC_VALUES) for c in commands if c.format(**DOC_VALUES) not in page]
     assert not missing and DOC_SERVER in page, missing or DOC_SERVER
+
+
+@pytest.mark.slow
+def test_run_logged_to_an_mlflow_server_reads_back_over_http(tmp_path: Path, team: Team) -> None:
+    # the session's team server (runs in PostgreSQL, artifacts proxied to S3)
+    record = make_record(team.mlflow, n_params=120)
+    rid = log_run(record)
+    assert_run_matches(mlflow.MlflowClient(team.mlflow), rid, record, tmp_path)

@@ -1,5 +1,6 @@
-"""MLflow logging with the real client: a temporary sqlite store, a real `mlflow server` over
-HTTP, and an unreachable store whose run is kept and replayed."""
+"""MLflow logging with the real client: a temporary sqlite store and an unreachable store
+whose run is kept and replayed (the run over HTTP to a real `mlflow server` is in
+tests/test_team.py, beside the other tests of the session's team server)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,10 @@ import pytest
 from seqcore.artifacts.run_record import RunRecord
 
 from pipeline.tracking import (
-    MAX_PARAM_CHARS, MAX_PARAMS_PER_BATCH, log_or_keep, log_run, log_seconds, param_items,
+    MAX_PARAM_CHARS, log_or_keep, log_run, log_seconds, param_items,
     tracking_uri)
 from tests.factories import REPO
-from tests.servers import Team
-from tests.pipeline_helpers import empty_mlflow_store
+from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record
 
 
 @pytest.fixture(autouse=True)
@@ -47,36 +47,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def make_record(uri: str, n_params: int = 2 * MAX_PARAMS_PER_BATCH + 17) -> RunRecord:
-    """A record with more params than one MLflow batch takes, a curve, tags and texts."""
-    params = {f"section.key{i:03d}": i for i in range(n_params)}
-    params |= {"decode.strategy": "greedy", "evaluate.bucket_edges": [4, 6, 8]}
-    return RunRecord(
-        uri, "exp-test", "g2p-transformer-greedy-test", params,
-        {"exact_match": 0.25, "test_perplexity": 3.5},
-        [("train.loss", s, 10.0 / s) for s in (1, 2, 3)],
-        {"contract.signature": "task:g2p|data:abc|fmt:1", "git.dirty": "False"},
-        {"params.yaml": "task: g2p\n", "predictions/test.sample.jsonl": '{"id": 1}\n'})
-
-
-def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: RunRecord,
-                       tmp: Path) -> None:
-    run = client.get_run(rid)
-    assert run.info.run_name == record.run_name
-    assert run.data.params == {k: v for k, v in param_items(record.params)}
-    assert run.data.params["evaluate.bucket_edges"] == "[4, 6, 8]"
-    assert run.data.metrics["exact_match"] == 0.25
-    history = client.get_metric_history(rid, "train.loss")
-    assert [(m.step, m.value) for m in history] == [(s, v) for _, s, v in record.steps]
-    assert {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")} == \
-        record.tags
-    for name, text in record.texts.items():
-        local = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=name,
-                                                    dst_path=str(tmp / rid),
-                                                    tracking_uri=client.tracking_uri)
-        assert Path(local).read_text() == text
 
 
 def test_every_param_is_logged_across_batches_with_curve_tags_and_artifacts(
@@ -149,11 +119,3 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("exp-test").experiment_id])
     assert_run_matches(client, run.info.run_id, replace(record, uri=store), tmp_path)
-
-
-@pytest.mark.slow
-def test_run_logged_to_an_mlflow_server_reads_back_over_http(tmp_path: Path, team: Team) -> None:
-    # the session's team server (runs in PostgreSQL, artifacts proxied to S3)
-    record = make_record(team.mlflow, n_params=120)
-    rid = log_run(record)
-    assert_run_matches(mlflow.MlflowClient(team.mlflow), rid, record, tmp_path)

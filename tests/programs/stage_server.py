@@ -34,9 +34,13 @@ from pathlib import Path
 #: The pipeline modules served: the stages, the audit and the tracking CLI (replay).
 STAGES = ("validate", "fetch", "prepare", "tokenizer", "train", "decode", "evaluate", "audit",
           "tracking")
-#: Task pieces the stages load by name (seqcore.tasks) and what the audit imports when it
-#: runs, imported ahead like the stages.
-WARM = ("torch", "mlflow", "sentencepiece", "sacrebleu", "dvc.repo",
+#: Task pieces the stages load by name (seqcore.tasks), what the audit imports when it runs,
+#: and what the stages import lazily: ``torch.use_deterministic_algorithms`` imports
+#: torch._inductor (sympy, dynamo: 1.2 s), evaluate MLflow's SQL store and ruamel. Imported
+#: ahead like the stages (a child that imports a module pays for it on every fork).
+WARM = ("torch", "torch._inductor.config", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
+        "sqlalchemy.dialects.sqlite", "alembic.command", "ruamel.yaml", "sentencepiece",
+        "sacrebleu", "matplotlib.backends.backend_agg", "dvc.repo",
         "seqcore.tasks.parallel.decode", "seqcore.tasks.parallel.evaluate",
         "seqcore.tasks.lm.decode", "seqcore.tasks.lm.evaluate")
 CODE = ("pipeline", "seqcore")
