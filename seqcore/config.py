@@ -246,6 +246,12 @@ class EvaluateConfig:
     group_by: Literal["none", "group"] = "none"
     # Plot data (CSV) and PNG images of the report's plots, plus groups.csv: one DVC output.
     details_dir: str = "reports/evaluation"
+    # The confidence interval beside each headline metric: a percentile bootstrap over the
+    # rows' groups (a word's pronunciations move together), this many resamples from this
+    # seed (0 resamples: no intervals); `python -m pipeline.compare` uses the same settings.
+    bootstrap_samples: int = 1000
+    bootstrap_seed: int = 12345
+    confidence: float = 0.95
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,9 @@ RANGES: dict[str, str] = {
     "evaluate.repeat_times": "[2, inf)",
     "evaluate.examples_per_failure": "[0, inf)",
     "evaluate.prediction_sample": "[0, inf)",
+    "evaluate.bootstrap_samples": "[0, 1000000]",
+    "evaluate.bootstrap_seed": "[0, inf)",
+    "evaluate.confidence": "(0, 1)",
 }
 
 _INTERVAL = re.compile(r"^([\[(])(-?[\d.e+-]+|-inf), *(-?[\d.e+-]+|inf)([\])])$")

@@ -191,3 +191,38 @@ def test_a_relative_sqlite_store_is_the_users_repo_also_inside_a_temp_experiment
     monkeypatch.chdir(tmp_path)  # a `dvc exp run --temp` works in a copy under .dvc/tmp/exps
     monkeypatch.setenv("DVC_ROOT", "/home/user/repo")  # set by DVC to the user's repository
     assert tracking_uri("sqlite:///mlflow.db") == "sqlite:////home/user/repo/mlflow.db"
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_compare_finds_results_by_revision_experiment_folder_and_mlflow_run(
+        exps: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    from pipeline.compare import main  # noqa: PLC0415 (imports dvc and mlflow)
+
+    repo, _ = exps
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    beam_run = next(r for r in client.search_runs([exp.experiment_id])
+                    if r.data.tags.get("dvc.exp.name") == "beam3")
+    test_rows = len((repo / "predictions/test.jsonl").read_text().splitlines())
+
+    def compare(a: str, b: str) -> dict:
+        main([a, b, "--samples", "200", "--out", str(repo / "cmp")])
+        out = capsys.readouterr().out
+        assert f"{test_rows} rows in" in out and "| word_error_rate |" in out, out
+        return json.loads((repo / "cmp/compare.json").read_text())
+
+    # the committed baseline (git + the DVC cache) against the workspace: the same file
+    same = compare("HEAD", ".")["headline"]["word_error_rate"]
+    assert same["delta"] == 0 and same["p_bootstrap"] == 1 == same["p_randomization"]
+    # an experiment by name, then the same experiment by its MLflow run id
+    by_name = compare("HEAD", "beam3")
+    assert by_name["b"]["origin"] == "revision beam3 (through DVC)"
+    greedy = json.loads((repo / "reports/metrics.json").read_text())
+    assert by_name["headline"]["word_error_rate"]["a"] == greedy["word_error_rate"]
+    by_run = compare("beam3", beam_run.info.run_id)
+    assert by_run["b"]["origin"] == f"MLflow run {beam_run.info.run_id}: revision beam3"
+    assert by_run["headline"]["token_error_rate"]["delta"] == 0

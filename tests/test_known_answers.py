@@ -496,6 +496,9 @@ RANGE_TABLE: dict[str, tuple[type, float, bool, float, bool]] = {
     "evaluate.repeat_times": (int, 2, True, INF, False),
     "evaluate.examples_per_failure": (int, 0, True, INF, False),
     "evaluate.prediction_sample": (int, 0, True, INF, False),
+    "evaluate.bootstrap_samples": (int, 0, True, 1000000, True),
+    "evaluate.bootstrap_seed": (int, 0, True, INF, False),
+    "evaluate.confidence": (float, 0, False, 1, False),
 }
 #: Lists: where the probed value goes (the last element, so every element is checked).
 LIST_VALUE = {"train.betas": lambda v: [0.9, v], "decode.banned_tokens": lambda v: [v],

@@ -168,6 +168,10 @@ LIVE: dict[str, Live] = {
     "evaluate.examples_per_failure": Live("evaluate", 1, {**RANDOM_OUTPUTS, "decode.max_len": 9}),
     "evaluate.prediction_sample": Live("evaluate", 1),
     "evaluate.group_by": Live("evaluate", "group"),
+    # the intervals in metrics.json (perplexity's moves with any draw)
+    "evaluate.bootstrap_samples": Live("evaluate", 50),
+    "evaluate.bootstrap_seed": Live("evaluate", 1),
+    "evaluate.confidence": Live("evaluate", 0.5),
 }
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.

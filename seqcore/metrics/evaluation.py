@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sacrebleu
 
 from seqcore.artifacts.predictions import PredictionRow
+from seqcore.metrics.bootstrap import METRICS, Resampling, group_sums, intervals, row_matrix
 from seqcore.metrics.failures import KINDS, FailureRules, failure_modes
 from seqcore.metrics.scores import ErrorStats, error_stats
 from seqcore.metrics.teacher import TeacherStats, nll_summary
@@ -28,6 +29,7 @@ class EvalSpec:
     rules: FailureRules
     group_by: str  # "none" | "group"
     illegal: Callable[[str], bool] | None
+    resampling: Resampling = Resampling(samples=0)  # the headline intervals (0: none)
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,15 @@ class Evaluation:
         buckets: one row per non-empty reference-length bucket, in length order.
         groups: one row per group (empty unless group_by == "group").
         failures: failure_modes() output (counts, rates, examples, length ratio).
+        intervals: the bootstrap interval of each headline metric (seqcore.metrics.bootstrap;
+            ``perplexity`` only with teacher-forced statistics), resampling row groups.
     """
 
     headline: dict[str, Any]
     buckets: list[dict[str, Any]]
     groups: list[dict[str, Any]]
     failures: dict[str, Any]
+    intervals: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def bucket_index(length: int, edges: tuple[int, ...]) -> int:
@@ -97,6 +102,15 @@ def _table_row(rows: list[PredictionRow], stats: ErrorStats,
     return out
 
 
+def row_stats(rows: list[PredictionRow]) -> list[ErrorStats]:
+    """Each row's statistics against its own reference and every reference of its group."""
+    refs_by_group: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        refs_by_group[r.group].add(r.reference)
+    return [error_stats(r.hypothesis, r.reference, r.eos, frozenset(refs_by_group[r.group]))
+            for r in rows]
+
+
 def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
                          teacher: dict[str, TeacherStats] | None = None) -> Evaluation:
     """Compute headline metrics, per-bucket and per-group tables and failure modes.
@@ -106,11 +120,7 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
         spec: bucket edges, failure rules, grouping and the target-alphabet check.
         teacher: optional teacher-forced statistics of the same examples, by id.
     """
-    refs_by_group: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        refs_by_group[r.group].add(r.reference)
-    stats = [error_stats(r.hypothesis, r.reference, r.eos, frozenset(refs_by_group[r.group]))
-             for r in rows]
+    stats = row_stats(rows)
     by_bucket: dict[int, list[int]] = defaultdict(list)
     by_group: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
@@ -134,7 +144,20 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
         headline |= {"tf_token_accuracy": tf["tf_token_accuracy"],
                      "tf_accuracy_tokens": tf["ppl_denominator_tokens"],
                      "exposure_bias_gap": tf["tf_token_accuracy"] - headline["fr_token_accuracy"]}
-    return Evaluation(headline, buckets, groups, failure_modes(rows, spec.rules, spec.illegal))
+    return Evaluation(headline, buckets, groups, failure_modes(rows, spec.rules, spec.illegal),
+                      headline_intervals(rows, stats, spec.resampling, teacher))
+
+
+def headline_intervals(rows: list[PredictionRow], stats: list[ErrorStats], r: Resampling,
+                       teacher: dict[str, TeacherStats] | None) -> dict[str, dict[str, float]]:
+    """Bootstrap intervals of the headline metrics, resampling the rows' groups (all
+    references of a word move together); empty when ``r.samples`` is 0."""
+    if r.samples == 0:
+        return {}
+    nll = [(teacher[x.id].nll, teacher[x.id].tokens) for x in rows] if teacher else None
+    names = [k for k in METRICS if teacher is not None or k != "perplexity"]
+    sums = group_sums(row_matrix(stats, nll), [x.group for x in rows])
+    return intervals(sums, r, names)
 
 
 def hypothesis_unk_rate(rows: list[PredictionRow]) -> dict[str, Any]:

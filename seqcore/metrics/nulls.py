@@ -43,6 +43,8 @@ def reason_for(path: tuple[str, ...]) -> str:
         return _RATE_OF[path[-2]]
     if len(path) > 1 and path[-2] == "length_ratio":
         return "no examples in the split"
+    if len(path) > 2 and path[-3] == "interval":
+        return "no resample gave a defined value (no rows, no resamples, or undefined metric)"
     return REASONS.get(name, DEFAULT_REASON)
 
 

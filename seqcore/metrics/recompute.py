@@ -8,6 +8,7 @@ the exposure-bias gap) need the model and are not part of this recomputation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from seqcore.artifacts.predictions import Predictions
 from seqcore.config import Config
 from seqcore.metrics.evaluation import (
     EvalSpec, evaluate_predictions, prediction_metrics)
+from seqcore.metrics.bootstrap import Resampling
 from seqcore.metrics.failures import FailureRules
 from seqcore.metrics.nulls import null_undefined
 
@@ -25,7 +27,13 @@ def eval_spec(cfg: Config, illegal_symbol: Callable[[str], bool] | None) -> Eval
     ev = cfg.evaluate
     return EvalSpec(ev.bucket_edges,
                     FailureRules(ev.repeat_ngram, ev.repeat_times, ev.examples_per_failure),
-                    ev.group_by, illegal_symbol)
+                    ev.group_by, illegal_symbol, resampling(cfg))
+
+
+def resampling(cfg: Config) -> Resampling:
+    """The bootstrap settings of the ``evaluate`` section."""
+    ev = cfg.evaluate
+    return Resampling(ev.bootstrap_samples, ev.bootstrap_seed, ev.confidence)
 
 
 def recompute_metrics(predictions_path: str | Path, settings: Config,
@@ -38,5 +46,6 @@ def recompute_metrics(predictions_path: str | Path, settings: Config,
         illegal_symbol: the task's target alphabet check (seqcore.tasks), or None.
     """
     rows = Predictions.load(predictions_path).rows
-    spec = eval_spec(settings, illegal_symbol)
+    # no intervals: they are not part of prediction_metrics (the evaluate stage adds them)
+    spec = replace(eval_spec(settings, illegal_symbol), resampling=Resampling(samples=0))
     return null_undefined(prediction_metrics(evaluate_predictions(rows, spec)))

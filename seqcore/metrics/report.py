@@ -60,15 +60,41 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows])
 
 
+def _interval(metrics: dict[str, Any], key: str) -> str:
+    """``[low, high]`` of a metric's bootstrap interval, ``-`` without one."""
+    bounds = (metrics.get("interval") or {}).get(key) or {}
+    if bounds.get("low") is None or bounds.get("high") is None:
+        return "-"
+    return f"[{fmt(bounds['low'])}, {fmt(bounds['high'])}]"
+
+
+def _interval_note(metrics: dict[str, Any]) -> list[str]:
+    sig = metrics.get("interval_signature")
+    if not sig:
+        return []
+    fields = dict(kv.split(":", 1) for kv in sig.split("|"))
+    return ["", f"Intervals: {fields['ci']} % percentile bootstrap, {fields['bs']} resamples "
+            f"of the split's row groups (all references of a word move together), seed "
+            f"{fields['rs']} (`{sig}`). `python -m pipeline.compare A B` tests a difference "
+            "between two results."]
+
+
 def _lead(metrics: dict[str, Any]) -> list[str]:
-    """WER, PER and perplexity first: the three numbers a G2P result is judged by."""
+    """WER, PER and perplexity first: the three numbers a G2P result is judged by, each with
+    its bootstrap interval."""
     split = metrics["split"]
+    values = dict(metrics)
+    if metrics.get("exact_match_multi_ref") is not None:
+        values["word_error_rate_multi_ref"] = 1.0 - metrics["exact_match_multi_ref"]
     lead = (("WER (word error rate, 1 - exact_match)", "word_error_rate"),
+            ("WER against any reference of the group", "word_error_rate_multi_ref"),
             ("PER (phoneme/token error rate)", "token_error_rate"),
             ("PER against the closest reference of the group", "token_error_rate_multi_ref"),
             (f"perplexity ({split}, teacher-forced, per target token)", f"{split}_perplexity"))
-    return ["| headline | value |", "|---|---|"] + [
-        f"| {name} | {fmt(metrics[k])} |" for name, k in lead if k in metrics]
+    ci = dict(kv.split(":", 1) for kv in metrics.get("interval_signature", "ci:95").split("|"))
+    return ([f"| headline | value | {ci['ci']} % interval |", "|---|---|---|"]
+            + [f"| {name} | {fmt(values[k])} | {_interval(metrics, k)} |"
+               for name, k in lead if k in values] + _interval_note(metrics))
 
 
 def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
@@ -92,8 +118,9 @@ def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
 
 def _headline(metrics: dict[str, Any]) -> list[str]:
     lines = [f"Split `{metrics['split']}`, {metrics['examples']} sequences.", "",
-             "| metric | value | denominator / note |", "|---|---|---|"]
-    lines += [f"| {k} | {fmt(metrics[k])} | {note} |" for k, note in _HEADLINE if k in metrics]
+             "| metric | value | interval | denominator / note |", "|---|---|---|---|"]
+    lines += [f"| {k} | {fmt(metrics[k])} | {_interval(metrics, k)} | {note} |"
+              for k, note in _HEADLINE if k in metrics]
     lines += ["", "Teacher-forced NLL (nats per token; EOS included, PAD and BOS excluded; "
               f"target tokenizer sha256 `{metrics.get('tokenizer_tgt_sha256', '?')}`: "
               "perplexities are comparable only under this tokenizer):", "",

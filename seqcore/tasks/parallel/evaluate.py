@@ -28,6 +28,7 @@ from seqcore.metrics.evaluation import (
     teacher_metrics)
 from seqcore.metrics.nulls import null_undefined
 from seqcore.metrics.recompute import eval_spec as spec_of
+from seqcore.metrics.recompute import resampling
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.tasks.base import Evaluated, StageIO
@@ -61,10 +62,23 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
                "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
-               **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result)}
+               **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result),
+               **interval_metrics(cfg, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header, io)
     return Evaluated(metrics, sig, header, pred_path, tc)
+
+
+def interval_metrics(cfg: Config, result: Evaluation) -> dict[str, Any]:
+    """``interval``: the bootstrap interval of each headline metric under its metrics.json
+    name (perplexity as ``<split>_perplexity``), and the ``interval_signature`` that says how
+    it was drawn (results.json, beside the sacrebleu signatures)."""
+    if not result.intervals:
+        return {}
+    split = cfg.decode.split
+    names = {"perplexity": f"{split}_perplexity"}
+    return {"interval": {names.get(k, k): v for k, v in result.intervals.items()},
+            "interval_signature": resampling(cfg).signature("group")}
 
 
 def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,

@@ -1,0 +1,224 @@
+"""``python -m pipeline.compare A B``: is B better than A, or is the difference noise?
+
+A and B each name a result: a predictions file (``predictions/test.jsonl``), a folder holding
+one (a repository, a copy of one, or ``predictions/`` itself), a git revision or `dvc exp`
+name of this repository (the file is read through DVC: the cache or the remote), or an MLflow
+run id of the configured store (its `dvc exp` name or git commit, then as a revision). Both
+must hold the same rows of the same split (ids, sources and references) of the same data.
+
+Prints each headline metric of A and B, the difference B - A, its paired-bootstrap interval
+and p-value, and an approximate-randomization p-value (resamples, trials and seed from the
+``evaluate`` section: ``bootstrap_samples``, ``bootstrap_seed``, ``confidence``); the same per
+reference-length bucket and per failure mode; and the examples that flipped. ``--out DIR``
+writes compare.json and compare.md. A name that cannot be found or two results that are not
+comparable stop with one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from seqcore.artifacts.predictions import Predictions, PredictionRow, PredictionsHeader
+from seqcore.config import Config, ConfigError, load_config
+from seqcore.metrics.comparison import NotComparable, compare_rows
+from seqcore.metrics.nulls import null_undefined
+from seqcore.metrics.recompute import resampling
+from seqcore.signature import parse_signature
+from seqcore.tasks.parallel.evaluate import eval_spec
+
+USAGE_ERROR = 2
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class NotFound(LookupError):
+    """A result name that names nothing readable (the message says where it looked)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One side of the comparison: its name, where its rows came from, rows and header."""
+
+    name: str
+    origin: str
+    rows: list[PredictionRow]
+    header: PredictionsHeader
+
+
+def _from_file(name: str, path: Path, origin: str) -> Result:
+    try:
+        return Result(name, origin, Predictions.load(path).rows, PredictionsHeader.load(path))
+    except FileNotFoundError as err:
+        raise NotFound(f"{name}: {err.filename}: no such file") from None
+
+
+def _from_revision(name: str, rev: str, relative: str, origin: str, failing: str) -> Result:
+    """The predictions file and its header at ``rev``, through DVC (cache, then remote);
+    ``failing`` leads the one line when they cannot be read."""
+    import dvc.api  # noqa: PLC0415 (slow import; the library never imports dvc)
+
+    header = relative.removesuffix(".jsonl") + ".header.json"
+    with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
+        local = Path(tmp) / Path(relative).name
+        for src, dst in ((relative, local), (header, Path(tmp) / Path(header).name)):
+            try:
+                dst.write_bytes(dvc.api.read(src, rev=rev, mode="rb"))
+            except Exception as err:  # noqa: BLE001 (DVC's errors: unknown rev, missing file)
+                why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise NotFound(f"{failing}: {src}: {why}") from None
+        return _from_file(name, local, origin)
+
+
+def _from_run(name: str, cfg: Config, relative: str) -> Result:
+    import mlflow  # noqa: PLC0415 (slow import)
+
+    from pipeline.tracking import tracking_uri  # noqa: PLC0415
+
+    uri = tracking_uri(cfg.mlflow.tracking_uri)
+    try:
+        tags = mlflow.MlflowClient(uri).get_run(name).data.tags
+    except Exception:  # noqa: BLE001 (MlflowException: no such run)
+        raise NotFound(f"{name}: no MLflow run with this id in {uri}") from None
+    rev = tags.get("dvc.exp.name") or tags.get("mlflow.source.git.commit")
+    if not rev:
+        raise NotFound(f"{name}: MLflow run in {uri} records no dvc.exp.name or git commit")
+    return _from_revision(name, rev, relative, f"MLflow run {name}: revision {rev}",
+                          f"{name}: MLflow run at revision {rev}")
+
+
+def find_result(name: str, cfg: Config) -> Result:
+    """A predictions file, a folder with one, an MLflow run id or a git revision."""
+    split = cfg.decode.split
+    relative = f"{cfg.paths.predictions.rstrip('/')}/{split}.jsonl"
+    path = Path(name)
+    if path.is_file():
+        return _from_file(name, path, str(path))
+    if path.is_dir():
+        for candidate in (path / relative, path / f"{split}.jsonl"):
+            if candidate.is_file():
+                return _from_file(name, candidate, str(candidate))
+        raise NotFound(f"{name}: a folder without {relative} or {split}.jsonl")
+    if "/" in name or name.endswith(".jsonl"):
+        raise NotFound(f"{name}: no such file or folder")
+    if RUN_ID.match(name):
+        return _from_run(name, cfg, relative)
+    return _from_revision(name, name, relative, f"revision {name} (through DVC)",
+                          f"{name}: not a file or folder here; as a git revision or `dvc exp` "
+                          "name")
+
+
+def check_same_data(a: Result, b: Result) -> None:
+    """Stop unless both were decoded from the same data (the contract's data hash)."""
+    da = parse_signature(a.header.signature or "").get("data")
+    db = parse_signature(b.header.signature or "").get("data")
+    if da != db:
+        raise NotComparable(f"not the same evaluation set: A was decoded from data {da}, "
+                            f"B from data {db} (the contract signatures' data field)")
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None or x != x else f"{x:.4f}"
+
+
+def _row(label: str, m: dict[str, float]) -> str:
+    return (f"| {label} | {_fmt(m['a'])} | {_fmt(m['b'])} | {_fmt(m['delta'])} | "
+            f"[{_fmt(m['low'])}, {_fmt(m['high'])}] | {_p(m['p_bootstrap'])} | "
+            f"{_p(m['p_randomization'])} |")
+
+
+def render(a: Result, b: Result, out: dict[str, Any], confidence: float) -> str:
+    """The comparison as Markdown."""
+    head = (f"| metric | A | B | B - A | {confidence * 100:g} % interval | p (bootstrap) | "
+            "p (randomization) |")
+    rule = "|---|---|---|---|---|---|---|"
+    lines = [f"# {b.name} (B) against {a.name} (A)", "",
+             f"- A: {a.origin}", f"- B: {b.origin}", "",
+             f"{out['rows']} rows in {out['groups']} groups; differences are B - A; "
+             f"resampling `{out['resampling']}` (groups move together); approximate "
+             "randomization: as many trials, each group's A and B swapped with probability "
+             "1/2. A p-value below 0.05 says the difference is unlikely to be noise.", "",
+             head, rule]
+    lines += [_row(k, m) for k, m in out["headline"].items()]
+    lines += ["", "## By reference length", "", head.replace("| metric |", "| bucket, metric |"),
+              rule]
+    for bucket in out["buckets"]:
+        lines += [_row(f"{bucket['bucket']} ({bucket['count']} rows), {k}", m)
+                  for k, m in bucket["metrics"].items()]
+    lines += ["", "## Failure modes (share of rows)", "", head.replace("| metric |", "| mode |"),
+              rule]
+    lines += [_row(k, m) for k, m in out["failures"].items()]
+    flips = out["flips"]
+    lines += ["", "## Flipped examples", "",
+              f"Right in A, wrong in B: {flips['right_in_a_wrong_in_b']['count']}; right in B, "
+              f"wrong in A: {flips['right_in_b_wrong_in_a']['count']}.", "",
+              "| id | source | reference | A | B |", "|---|---|---|---|---|"]
+    for key in ("right_in_a_wrong_in_b", "right_in_b_wrong_in_a"):
+        lines += [f"| {e['id']} | {e['source']} | {e['reference']} | {e['hypothesis_a']} | "
+                  f"{e['hypothesis_b']} |" for e in flips[key]["examples"]]
+    return "\n".join(lines) + "\n"
+
+
+def compare(a_name: str, b_name: str, cfg: Config, examples: int = 10) -> tuple[str, dict]:
+    """(markdown, json-ready dict) of B against A."""
+    a, b = find_result(a_name, cfg), find_result(b_name, cfg)
+    for side in (a, b):
+        if side.header.signature is None:  # task lm: decode writes a note, no rows
+            raise NotComparable(f"{side.name}: {side.origin} holds no decoded rows "
+                                f"({side.header.note or 'no contract signature'})")
+    check_same_data(a, b)
+    r = resampling(cfg)
+    out = compare_rows(a.rows, b.rows, eval_spec(cfg), r, examples)
+    out = {"a": {"name": a.name, "origin": a.origin}, "b": {"name": b.name, "origin": b.origin},
+           **out}
+    return render(a, b, out, r.confidence), null_undefined(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("a", help="the baseline: predictions file, folder, revision or run id")
+    parser.add_argument("b", help="the result compared with it (differences are B - A)")
+    parser.add_argument("--params", default="params.yaml",
+                        help="evaluate settings (resamples, seed, buckets) and paths")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="bootstrap resamples and randomization trials "
+                             "(default: evaluate.bootstrap_samples)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="default: evaluate.bootstrap_seed")
+    parser.add_argument("--examples", type=int, default=10, help="flipped examples listed")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="also write DIR/compare.json and DIR/compare.md")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        cfg = load_config(args.params)
+        ev = cfg.evaluate
+        cfg = replace(cfg, evaluate=replace(
+            ev, bootstrap_samples=ev.bootstrap_samples if args.samples is None else args.samples,
+            bootstrap_seed=ev.bootstrap_seed if args.seed is None else args.seed))
+        text, data = compare(args.a, args.b, cfg, args.examples)
+    except (ConfigError, NotFound, NotComparable) as err:
+        print(f"compare: {err}", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR) from None
+    print(text, end="")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.md").write_text(text, encoding="utf-8")
+        (out / "compare.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n",
+                                          encoding="utf-8")
+    print(f"compare took {time.perf_counter() - start:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

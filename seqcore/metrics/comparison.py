@@ -1,0 +1,116 @@
+"""Two results on the same evaluation set, compared as compare-mt and sacreBLEU do: each
+headline metric's difference with its paired-bootstrap interval and p-values, the same per
+reference-length bucket and per failure mode, and the examples that flipped.
+
+The pipeline's ``python -m pipeline.compare A B`` finds the two predictions files; everything
+here works on their rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.metrics.bootstrap import (
+    METRICS, PairedResult, Resampling, group_sums, paired, row_matrix)
+from seqcore.metrics.evaluation import EvalSpec, bucket_index, bucket_label, row_stats
+from seqcore.metrics.failures import KINDS, failure_kinds
+
+
+class NotComparable(ValueError):
+    """The two results are not on the same evaluation set (the message says how)."""
+
+
+def check_same_rows(a: list[PredictionRow], b: list[PredictionRow]) -> None:
+    """Stop unless A and B hold the same row ids with the same sources and references."""
+    ids_a, ids_b = {r.id: r for r in a}, {r.id: r for r in b}
+    only_a, only_b = sorted(set(ids_a) - set(ids_b)), sorted(set(ids_b) - set(ids_a))
+    if only_a or only_b:
+        raise NotComparable(
+            f"not the same evaluation set: {len(only_a)} row id(s) only in A"
+            + (f" (first {only_a[0]!r})" if only_a else "") + f", {len(only_b)} only in B"
+            + (f" (first {only_b[0]!r})" if only_b else ""))
+    for rid, ra in ids_a.items():
+        rb = ids_b[rid]
+        if (ra.source, ra.reference, ra.group) != (rb.source, rb.reference, rb.group):
+            raise NotComparable(f"not the same evaluation set: row {rid!r} has source "
+                                f"{ra.source!r} / reference {ra.reference!r} in A, "
+                                f"{rb.source!r} / {rb.reference!r} in B")
+
+
+def _rate(column: int) -> Callable[[np.ndarray], np.ndarray]:
+    def f(s: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return s[..., column] / s[..., 0]
+    return f
+
+
+#: Failure-mode rates: column 0 counts rows, column 1 + i rows showing KINDS[i].
+FAILURE_RATES = {kind: _rate(1 + i) for i, kind in enumerate(KINDS)}
+
+
+def _failure_matrix(rows: list[PredictionRow], spec: EvalSpec) -> np.ndarray:
+    m = np.zeros((len(rows), 1 + len(KINDS)), dtype=np.int64)
+    m[:, 0] = 1
+    for i, r in enumerate(rows):
+        found = failure_kinds(r, spec.rules, spec.illegal)
+        for k, kind in enumerate(KINDS):
+            m[i, 1 + k] = kind in found
+    return m
+
+
+def _flips(a: list[PredictionRow], b: list[PredictionRow], limit: int) -> dict[str, Any]:
+    """Rows exact in one system and not in the other (compare-mt's example listing)."""
+    out: dict[str, Any] = {}
+    for name, (x, y) in {"right_in_a_wrong_in_b": (a, b), "right_in_b_wrong_in_a": (b, a)}.items():
+        rows = [(rx, ry) for rx, ry in zip(x, y, strict=True)
+                if rx.hypothesis.split() == rx.reference.split()
+                and ry.hypothesis.split() != ry.reference.split()]
+        first, second = ("a", "b") if name.startswith("right_in_a") else ("b", "a")
+        out[name] = {"count": len(rows), "examples": [
+            {"id": rx.id, "source": rx.source, "reference": rx.reference,
+             f"hypothesis_{first}": rx.hypothesis, f"hypothesis_{second}": ry.hypothesis}
+            for rx, ry in rows[:limit]]}
+    return out
+
+
+def _as_dicts(results: dict[str, PairedResult]) -> dict[str, dict[str, float]]:
+    return {k: asdict(v) for k, v in results.items()}
+
+
+def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,
+                 r: Resampling, examples: int = 10) -> dict[str, Any]:
+    """The comparison of B against A (differences are B - A).
+
+    Returns ``{"headline": {metric: {a, b, delta, low, high, p_bootstrap, p_randomization}},
+    "buckets": [{"bucket", "count", "metrics": {...}}], "failures": {...}, "flips": {...},
+    "resampling": signature}``. Groups (all references of a word) are resampled together.
+    """
+    check_same_rows(a, b)
+    b = [{r.id: r for r in b}[x.id] for x in a]  # B in A's row order
+    groups = [x.group for x in a]
+    names = [k for k in METRICS if k != "perplexity"]  # predictions carry no teacher NLL
+    mat_a, mat_b = row_matrix(row_stats(a)), row_matrix(row_stats(b))
+    out: dict[str, Any] = {
+        "rows": len(a), "groups": len(set(groups)), "resampling": r.signature("group"),
+        "headline": _as_dicts(paired(group_sums(mat_a, groups), group_sums(mat_b, groups), r,
+                                     names))}
+    by_bucket: dict[int, list[int]] = {}
+    for i, x in enumerate(a):
+        by_bucket.setdefault(bucket_index(len(x.reference.split()), spec.edges), []).append(i)
+    out["buckets"] = []
+    for bucket, index in sorted(by_bucket.items()):
+        sub = [groups[i] for i in index]
+        res = paired(group_sums(mat_a[index], sub), group_sums(mat_b[index], sub), r,
+                     ["word_error_rate", "token_error_rate"])
+        out["buckets"].append({"bucket": bucket_label(bucket, spec.edges), "count": len(index),
+                               "metrics": _as_dicts(res)})
+    fail_a, fail_b = _failure_matrix(a, spec), _failure_matrix(b, spec)
+    out["failures"] = _as_dicts(paired(group_sums(fail_a, groups), group_sums(fail_b, groups),
+                                       r, functions=FAILURE_RATES))
+    out["flips"] = _flips(a, b, examples)
+    return out

@@ -1,0 +1,129 @@
+"""Intervals and paired significance (seqcore.metrics.bootstrap; issue 27): known answers on
+constructed predictions, the group resampling, determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from seqcore.config import config_from_dict
+from seqcore.g2p import is_illegal_phoneme
+from seqcore.metrics.bootstrap import (
+    COLUMNS, Resampling, group_sums, intervals, paired, resample_counts, row_matrix)
+from seqcore.metrics.evaluation import evaluate_predictions
+from seqcore.metrics.recompute import eval_spec
+from seqcore.metrics.scores import error_stats
+from seqcore.metrics.teacher import TeacherStats
+from tests.factories import make_rows
+
+R = Resampling(1000, 12345, 0.95)
+
+
+def system(right: list[bool], refs: int = 1) -> np.ndarray:
+    """Per-group sums of a system that is right (exact) on word i when right[i]; each word
+    has ``refs`` rows (pronunciations) that are all right or all wrong."""
+    stats, groups = [], []
+    for i, ok in enumerate(right):
+        for k in range(refs):
+            stats.append(error_stats("A B" if ok else "A C", "A B"))
+            groups.append(f"w{i:05d}")
+    return group_sums(row_matrix(stats), groups)
+
+
+def test_two_identical_systems_differ_by_zero_with_p_one() -> None:
+    rng = np.random.default_rng(0)
+    a = system(list(rng.random(500) < 0.7))
+    res = paired(a, a.copy(), R)
+    for name in ("word_error_rate", "token_error_rate", "char_error_rate", "exact_match"):
+        r = res[name]
+        assert r.delta == 0.0 and r.low == 0.0 and r.high == 0.0, name
+        assert r.p_bootstrap == 1.0 and r.p_randomization == 1.0, name
+
+
+def test_a_system_right_on_60_percent_more_of_2000_words_is_significant() -> None:
+    a = system([i < 1000 for i in range(2000)])  # right on 1,000 words
+    b = system([i < 1600 for i in range(2000)])  # right on 1,600: 60 % more
+    r = paired(a, b, R)["word_error_rate"]
+    assert r.a == 0.5 and r.b == pytest.approx(0.2) and r.delta == pytest.approx(-0.3)
+    assert r.high < 0 and r.p_bootstrap < 0.001 and r.p_randomization < 0.001
+    assert r.p_bootstrap == r.p_randomization == 1 / 1001  # the +1 correction: never 0
+
+
+def test_a_small_difference_on_few_words_is_not_significant() -> None:
+    a = system([i % 10 < 7 for i in range(100)])
+    b = system([i % 10 < 7 or i == 99 for i in range(100)])  # one more word right
+    r = paired(a, b, R)["word_error_rate"]
+    assert r.delta == pytest.approx(-0.01) and r.p_bootstrap > 0.2 and r.p_randomization > 0.2
+    assert r.low < 0 <= r.high  # zero is inside: B is never worse, but not surely better
+
+
+def test_the_interval_matches_a_hand_computation_with_the_same_seed() -> None:
+    right = [True, False, True, True, False]  # 5 words, WER 0.4
+    r = Resampling(7, 3, 0.5)
+    got = intervals(system(right), r, ["word_error_rate"])["word_error_rate"]
+    # By hand: draw each resample's word counts from the same generator, expand the words,
+    # count the errors, then the 25th/75th percentiles by linear interpolation.
+    counts = np.random.Generator(np.random.PCG64(3)).multinomial(5, [0.2] * 5, size=7)
+    wers = sorted(sum(c for c, ok in zip(row, right) if not ok) / 5 for row in counts)
+    def pct(q: float) -> float:
+        pos = q * (len(wers) - 1)
+        lo = math.floor(pos)
+        return wers[lo] + (wers[min(lo + 1, len(wers) - 1)] - wers[lo]) * (pos - lo)
+    assert got == {"low": pytest.approx(pct(0.25)), "high": pytest.approx(pct(0.75))}
+    assert counts.sum(1).tolist() == [5] * 7 and (resample_counts(5, r) == counts).all()
+
+
+def test_resampling_words_gives_a_wider_interval_than_resampling_rows() -> None:
+    # 300 words of 3 pronunciations each, the three right or wrong together: the rows of a
+    # word are one trial, not three; resampling rows understates the uncertainty.
+    rng = np.random.default_rng(1)
+    right = list(rng.random(300) < 0.6)
+    stats = [error_stats("A B" if ok else "A C", "A B") for ok in right for _ in range(3)]
+    m = row_matrix(stats)
+    by_word = intervals(group_sums(m, [f"w{i // 3}" for i in range(900)]), R)
+    by_row = intervals(group_sums(m, [f"r{i:04d}" for i in range(900)]), R)
+    width = {k: v["high"] - v["low"] for k, v in (("word", by_word["word_error_rate"]),
+                                                   ("row", by_row["word_error_rate"]))}
+    assert width["word"] > 1.4 * width["row"], width  # about sqrt(3) wider
+
+
+def test_the_same_seed_gives_the_same_numbers_another_seed_only_monte_carlo_noise() -> None:
+    rng = np.random.default_rng(2)
+    sums = system(list(rng.random(2000) < 0.7))
+    first, again = intervals(sums, R), intervals(sums, R)
+    assert first == again
+    other = intervals(sums, Resampling(1000, 999, 0.95))
+    assert other != first
+    for name in ("word_error_rate", "exact_match"):
+        assert abs(other[name]["low"] - first[name]["low"]) < 0.01, name
+        assert abs(other[name]["high"] - first[name]["high"]) < 0.01, name
+
+
+def test_every_headline_interval_holds_its_point_estimate_perplexity_included() -> None:
+    rows = make_rows()
+    teacher = {r.id: TeacherStats(nll=1.0 + i % 3, tokens=3, correct=1)
+               for i, r in enumerate(rows)}
+    spec = eval_spec(config_from_dict({"evaluate": {"bootstrap_samples": 200}}),
+                     is_illegal_phoneme)
+    ev = evaluate_predictions(rows, spec, teacher)
+    assert set(ev.intervals) == {"word_error_rate", "word_error_rate_multi_ref", "exact_match",
+                                 "exact_match_multi_ref", "token_error_rate",
+                                 "token_error_rate_multi_ref", "char_error_rate", "perplexity"}
+    point = dict(ev.headline, word_error_rate_multi_ref=1 - ev.headline["exact_match_multi_ref"],
+                 perplexity=math.exp(sum(t.nll for t in teacher.values())
+                                     / sum(t.tokens for t in teacher.values())))
+    for name, bounds in ev.intervals.items():
+        assert bounds["low"] <= point[name] <= bounds["high"], (name, bounds, point[name])
+    off = eval_spec(config_from_dict({"evaluate": {"bootstrap_samples": 0}}), is_illegal_phoneme)
+    assert evaluate_predictions(rows, off, teacher).intervals == {}
+    assert "perplexity" not in evaluate_predictions(rows, spec).intervals  # no teacher: none
+
+
+def test_resampled_sums_are_exact_integers_nll_in_nano_nats() -> None:
+    stats = [error_stats("A", "A")] * 2
+    m = row_matrix(stats, [(0.1, 2), (0.2, 3)])
+    assert m.dtype == np.int64 and m[:, COLUMNS.index("nll_nano")].tolist() == [
+        100_000_000, 200_000_000]
+    assert R.signature("group") == "ci:95|bs:1000|rs:12345|by:group"
