@@ -18,6 +18,12 @@ the copy. Figures:
   ``log_or_keep``) timed part by part in a fresh process, twice: into a new store (the first
   run creates its schema) and into the now existing one (every later run);
 - the audit: ``python -m pipeline.audit`` in the repository itself (it reads only);
+- statistics (issue 27; ``--stats-only`` runs just these, needing only ``data/prepared``):
+  two synthetic results over the real test split (its ids, words and references; the
+  hypotheses drop one phoneme in 32 % and 30 % of the rows), so the row and group counts are
+  the default run's; the evaluate stage's bootstrap intervals on one (in a fresh process,
+  the per-row statistics computed first and not timed) and a whole
+  ``python -m pipeline.compare`` of the two;
 - without ``--quick``: ``dvc repro -f -s <stage>`` for each stage of dvc.yaml in order, in the
   copy (training starts fresh: checkpoints are not copied); these include DVC's start-up and
   its hashing of the stage's outputs. DVC records no stage timings and the stages log none,
@@ -135,6 +141,66 @@ def mlflow_rows(repo: Path, env: dict[str, str]) -> list[dict[str, float]]:
     return out
 
 
+#: Times the evaluate stage's intervals on a predictions file (seqcore.metrics.bootstrap).
+INTERVAL_PROBE = """
+import json, sys, time
+from seqcore.artifacts.predictions import Predictions
+from seqcore.config import load_config
+from seqcore.metrics.evaluation import headline_intervals, row_stats
+from seqcore.metrics.recompute import resampling
+cfg = load_config("params.yaml")
+rows = Predictions.load(sys.argv[1]).rows
+stats = row_stats(rows)
+t0 = time.perf_counter()
+headline_intervals(rows, stats, resampling(cfg), None)
+print(json.dumps({"rows": len(rows), "groups": len({r.group for r in rows}),
+                  "samples": resampling(cfg).samples, "seconds": time.perf_counter() - t0}))
+"""
+
+
+def synthetic_predictions(prepared: Path, dest: Path, error_rate: float, seed: int) -> Path:
+    """A predictions file for the real split ``prepared`` (its ids, words and references)
+    whose hypotheses drop one phoneme in ``error_rate`` of the rows: the size and shape of a
+    default result, without a trained model."""
+    import random  # noqa: PLC0415
+
+    from seqcore.artifacts.predictions import (  # noqa: PLC0415
+        PredictionRow, Predictions, PredictionsHeader)
+
+    rng, rows = random.Random(seed), []
+    for line in prepared.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        toks = r["target"].split()
+        if rng.random() < error_rate and len(toks) > 1:
+            del toks[rng.randrange(len(toks))]
+        rows.append(PredictionRow(r["id"], r["group"], r["source"], r["target"], " ".join(toks),
+                                  list(range(len(toks))), toks, -1.0, -1.0, len(toks), True, []))
+    path = dest / "predictions" / "test.jsonl"
+    path.parent.mkdir(parents=True)
+    Predictions(rows).save(path)
+    PredictionsHeader({}, "0" * 64, len(rows), "task:g2p|data:synthetic").save(path)
+    return path
+
+
+def stat_rows(repo: Path, tmp: Path, env: dict[str, str]) -> dict[str, float]:
+    """The intervals' cost inside evaluate and a whole compare process, on two synthetic
+    results over the real test split (data/prepared/test.jsonl: `dvc repro prepare`)."""
+    cfg = load_config(repo / "params.yaml")
+    prepared = repo / cfg.paths.prepared / "test.jsonl"
+    if not prepared.exists():
+        raise SystemExit(f"{prepared}: missing (run `dvc repro prepare` first)")
+    a = synthetic_predictions(prepared, tmp / "a", 0.32, 1)
+    b = synthetic_predictions(prepared, tmp / "b", 0.30, 2)
+    _, res = wall([sys.executable, "-c", INTERVAL_PROBE, str(a)], repo, env)
+    if res.returncode != 0:
+        raise SystemExit(f"interval probe failed:\n{res.stderr[-2000:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    seconds, res = wall([sys.executable, "-m", "pipeline.compare", str(a), str(b)], repo, env)
+    if res.returncode != 0:
+        raise SystemExit(f"compare failed:\n{res.stderr[-2000:]}")
+    return out | {"compare": seconds}
+
+
 def stage_rows(repo: Path, env: dict[str, str]) -> list[tuple[str, float]]:
     rows = []
     for stage in read_yaml12(repo / "dvc.yaml")["stages"]:
@@ -145,6 +211,14 @@ def stage_rows(repo: Path, env: dict[str, str]) -> list[tuple[str, float]]:
         rows.append((stage, seconds))
         print(f"[bench] stage {stage}: {seconds:.1f} s", file=sys.stderr, flush=True)
     return rows
+
+
+def print_stats(st: dict[str, float]) -> None:
+    print(f"\n#### statistics ({st['rows']} rows in {st['groups']} groups, "
+          f"{st['samples']} resamples)\n")
+    print("| what | seconds |\n|---|---:|")
+    print(f"| evaluate's intervals (8 metrics, in the stage) | {st['seconds']:.2f} |")
+    print(f"| `python -m pipeline.compare A B` (whole process) | {st['compare']:.2f} |")
 
 
 def print_tables(startup: list[tuple[str, float]], logs: list[dict[str, float]],
@@ -188,18 +262,24 @@ def main() -> None:
     parser.add_argument("--pipeline-seconds", type=float, default=None,
                         help="with --quick: the default run's wall time, for the MLflow share")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy (prints it)")
+    parser.add_argument("--stats-only", action="store_true",
+                        help="only the intervals and compare figures")
     args = parser.parse_args()
     if not Path("dvc.lock").exists():
         sys.exit("no dvc.lock here: run from the repository root after `make repro`")
     tmp = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     try:
+        env = {k: v for k, v in os.environ.items() if k not in ("DVC_ROOT", "DVC_EXP_NAME")}
+        if args.stats_only:  # needs only data/prepared, no trained result
+            print_stats(stat_rows(Path.cwd(), tmp, dict(env, PYTHONPATH=str(Path.cwd()))))
+            return
         repo = tmp / "repo"
         scratch_copy(repo)
-        env = {k: v for k, v in os.environ.items() if k not in ("DVC_ROOT", "DVC_EXP_NAME")}
         env |= {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/mlflow.db",
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                 "PYTHONPATH": str(repo)}
         print(f"scratch copy: {repo}", file=sys.stderr)
+        stats = stat_rows(repo, tmp, env)
         startup = startup_rows(repo, env, args.repeats)
         logs = mlflow_rows(repo, env)
         audit = None
@@ -211,6 +291,7 @@ def main() -> None:
         stages = [] if args.quick else stage_rows(repo, env)
         total = sum(s for _, s in stages) if stages else args.pipeline_seconds
         print_tables(startup, logs, audit, stages, total)
+        print_stats(stats)
     finally:
         if args.keep:
             print(f"kept {tmp}", file=sys.stderr)

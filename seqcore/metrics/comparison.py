@@ -91,7 +91,8 @@ def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,
     "resampling": signature}``. Groups (all references of a word) are resampled together.
     """
     check_same_rows(a, b)
-    b = [{r.id: r for r in b}[x.id] for x in a]  # B in A's row order
+    by_id = {x.id: x for x in b}
+    b = [by_id[x.id] for x in a]  # B in A's row order
     groups = [x.group for x in a]
     names = [k for k in METRICS if k != "perplexity"]  # predictions carry no teacher NLL
     mat_a, mat_b = row_matrix(row_stats(a)), row_matrix(row_stats(b))
