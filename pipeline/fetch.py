@@ -7,12 +7,16 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from pipeline.stage import load, signature
+from pipeline.stage import CONFIG_ERROR_STATUS, load, signature
+from seqcore.config import workspace_problems
 from seqcore.hashing import sha256_file
 
 
 def main() -> None:
     cfg = load(__doc__)
+    for problem in workspace_problems(cfg):  # before anything is written
+        print(f"params.yaml: {problem}", file=sys.stderr)
+        raise SystemExit(CONFIG_ERROR_STATUS)
     out = Path(cfg.paths.raw)
     out.parent.mkdir(parents=True, exist_ok=True)
     if cfg.data.source == "cmudict":

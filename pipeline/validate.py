@@ -3,17 +3,25 @@
 dvc.yaml makes the whole file this stage's parameter dependency, so any edit of params.yaml
 (an added key such as a typo'd ``train.lrr`` included) re-runs it even when no other stage
 reads the edited key, and a bad file stops ``dvc repro`` with one line and exit status 2.
+It also checks what the workspace must hold (the user's data file) and warns, one line each,
+about decode settings the chosen strategy ignores.
 """
 
 from __future__ import annotations
 
 import sys
 
-from pipeline.stage import load
+from pipeline.stage import CONFIG_ERROR_STATUS, load
+from seqcore.config import ignored_settings, workspace_problems
 
 
 def main() -> None:
-    load(__doc__)
+    cfg = load(__doc__)
+    for problem in workspace_problems(cfg):
+        print(f"params.yaml: {problem}", file=sys.stderr)
+        raise SystemExit(CONFIG_ERROR_STATUS)
+    for warning in ignored_settings(cfg):
+        print(f"[validate] warning: {warning}", file=sys.stderr)
     print("[validate] params ok", file=sys.stderr)
 
 

@@ -24,6 +24,10 @@ from seqcore.credentials import has_credentials
 
 #: What train.device and decode.device accept.
 DEVICE_SPEC = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+#: MLflow stores a run can be logged to and replayed into (``postgresql+psycopg`` counts as
+#: postgresql); anything else, a bare path included, is refused by validate.
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file",
+                    "databricks")
 
 
 class ConfigError(OneLineError, ValueError):
@@ -287,6 +291,21 @@ class _Yaml12Bools(yaml.SafeLoader):
     """
 
 
+def _unique_keys(loader: _Yaml12Bools, node: yaml.MappingNode, deep: bool = False) -> Any:
+    """A mapping whose keys are all different: YAML keeps the last of two equal keys, so a
+    second ``lr:`` in a section would silently win (issue 31)."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {seen[key]}; YAML would keep "
+                "only the last value)", key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Yaml12Bools.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
 _Yaml12Bools.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
@@ -308,7 +327,10 @@ def load_config(path: str | Path) -> Config:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or type(err).__name__
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
-    return _validated(raw or {}, str(path))
+    if raw is None:  # an empty file (or only comments) would load as every default
+        raise ConfigError(f"{path}: empty; expected a mapping of sections (task, data, "
+                          "tokenizer, ...), as in the repository's params.yaml")
+    return _validated(raw, str(path))
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
@@ -475,6 +497,16 @@ def _check(cfg: Config) -> None:
     if list(cfg.evaluate.bucket_edges) != sorted(set(cfg.evaluate.bucket_edges)):
         _fail("evaluate.bucket_edges", list(cfg.evaluate.bucket_edges),
               "must be strictly increasing")
+    for side in ("src", "tgt"):
+        size = getattr(tok, f"{side}_vocab_size")
+        if isinstance(size, int) and max(ids) >= size:
+            name = ("pad_id", "unk_id", "bos_id", "eos_id")[ids.index(max(ids))]
+            _fail(f"tokenizer.{name}", max(ids), f"must be < tokenizer.{side}_vocab_size "
+                  f"({size}): SentencePiece ids run from 0 to the vocabulary size - 1")
+    if isinstance(tok.tgt_vocab_size, int) and any(t >= tok.tgt_vocab_size
+                                                   for t in dec.banned_tokens):
+        _fail("decode.banned_tokens", list(dec.banned_tokens),
+              f"ids must be < tokenizer.tgt_vocab_size ({tok.tgt_vocab_size})")
     if tok.eos_id in dec.banned_tokens:
         _fail("decode.banned_tokens", list(dec.banned_tokens),
               f"must not contain tokenizer.eos_id ({tok.eos_id})")
@@ -497,10 +529,48 @@ def _check(cfg: Config) -> None:
               "task is lm: each rank trains its own streams")
     if tr.amp == "fp16" and tr.device == "cpu":
         _fail("train.amp", tr.amp, "needs CUDA (train.device cuda or auto); use bf16 on CPU")
+    scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
+        if "://" in cfg.mlflow.tracking_uri else ""
+    if scheme not in TRACKING_SCHEMES:
+        _fail("mlflow.tracking_uri", cfg.mlflow.tracking_uri,
+              f"must be a store URI starting with {', '.join(s + '://' for s in TRACKING_SCHEMES)}"
+              " (a run kept while the store is down is replayed to it)")
     if has_credentials(cfg.mlflow.tracking_uri):  # params.yaml is committed and logged (#15)
         raise ConfigError("mlflow.tracking_uri: carries a password or token; params.yaml is "
                           "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "
                           "and MLFLOW_TRACKING_PASSWORD) in the environment instead")
+
+
+def workspace_problems(cfg: Config) -> list[str]:
+    """What the workspace must hold for these params (validate and fetch stop on the first):
+    a user's data file, as a file. Not part of load_config: an audit or a colleague's clone
+    reads params without the user's input file."""
+    if cfg.data.source == "cmudict":
+        return []
+    path = Path(cfg.data.path)
+    if path.is_dir():
+        return [f"data.path = {cfg.data.path!r}: a folder; name the data file in it"]
+    if not path.is_file():
+        return [f"data.path = {cfg.data.path!r}: no such file (relative paths start at the "
+                "repository root)"]
+    return []
+
+
+#: Decode settings each strategy reads; a changed value under another strategy does nothing.
+_STRATEGY_ONLY = {"n_best": ("beam", 1), "temperature": ("sample", 1.0),
+                  "top_k": ("sample", 0), "top_p": ("sample", 1.0)}
+
+
+def ignored_settings(cfg: Config) -> list[str]:
+    """Warnings (one line each) for decode settings the chosen strategy never reads, when
+    they differ from their defaults: validate and decode print them, nothing stops. The beam
+    width, length penalty and alpha are not listed: the default params set them for beam
+    search, and switching to greedy must not warn."""
+    dec = cfg.decode
+    return [f"decode.{key} = {getattr(dec, key)!r} is ignored: only decode.strategy {reader} "
+            f"reads it (decode.strategy is {dec.strategy})"
+            for key, (reader, default) in _STRATEGY_ONLY.items()
+            if dec.strategy != reader and getattr(dec, key) != default]
 
 
 def _check_raw_name(cfg: Config) -> None:

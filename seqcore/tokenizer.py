@@ -25,6 +25,7 @@ import sentencepiece as spm
 from seqcore.artifacts.tokenizer_contract import (
     SIDES, RoundTrip, SideContract, TokenizerContract)
 from seqcore.contract import SpecialIds
+from seqcore.errors import OneLineError
 from seqcore.hashing import sha256_file
 from seqcore.text import (
     BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, Normalization, normalize, unencodable_reason)
@@ -50,6 +51,12 @@ def train_sentencepiece(
     Returns:
         The model file path.
     """
+    largest = max(ids.pad, ids.unk, ids.bos, ids.eos)
+    if largest >= settings.vocab_size:
+        raise TokenizerSettingsError(
+            f"tokenizer: special id {largest} (tokenizer.pad_id/unk_id/bos_id/eos_id) must be < "
+            f"the vocabulary size {settings.vocab_size} chosen for this side; lower the ids "
+            "(0-3 as in params.yaml) or raise the vocabulary size")
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(list(sentences)),
@@ -198,6 +205,10 @@ def check_special_ids(tok: Tokenizer, expected: SpecialIds) -> None:
         raise ValueError(f"{tok.path}: special pieces {pieces} are not the contract's")
 
 
+
+
+class TokenizerSettingsError(OneLineError, ValueError):
+    """Settings SentencePiece would refuse with an internal error (the message says which)."""
 
 
 class TokenizerMismatch(ValueError):

@@ -39,6 +39,11 @@ def with_line_after(anchor: str, line: str) -> str:
     return text.replace(anchor, f"{anchor}\n{line}", 1)
 
 
+LR_LINE = (REPO / "params.yaml").read_text().splitlines().index("  lr: 0.003") + 1
+DUPLICATE = with_line_after("  lr: 0.003", "  lr: 50.0")
+USER_FILE = {"data": {"source": "tsv", "path": "data/external/words.tsv", "sha256": ""},
+             "paths": {"raw": "data/raw/words.tsv"}}
+
 CASES = [
     ("validate", with_overrides({"train": {"max_steps": "many"}}),
      "params.yaml: train.max_steps = 'many': expected int"),
@@ -68,6 +73,35 @@ CASES = [
      "model.transformer.n_heads (4)"),
     ("train", with_overrides({"train": {"lr": -1.0}}),
      "params.yaml: train.lr = -1.0: must be > 0"),
+    # issue 31: what a later stage would refuse (or silently get wrong), refused up front
+    ("validate", "", "params.yaml: empty; expected a mapping of sections (task, data, "
+     "tokenizer, ...), as in the repository's params.yaml"),
+    ("validate", "# nothing but a comment\n", "params.yaml: empty; expected a mapping of "
+     "sections (task, data, tokenizer, ...), as in the repository's params.yaml"),
+    ("validate", "- train\n- lr\n",
+     "params.yaml: (whole file) = ['train', 'lr']: expected a mapping of keys to values"),
+    ("validate", DUPLICATE, f"params.yaml: not valid YAML at line {LR_LINE + 1}, column 3: "
+     f"duplicate key 'lr' (first at line {LR_LINE}; YAML would keep only the last value)"),
+    ("validate", with_overrides({"tokenizer": {"pad_id": 100}}),
+     "params.yaml: tokenizer.pad_id = 100: must be < tokenizer.src_vocab_size (40): "
+     "SentencePiece ids run from 0 to the vocabulary size - 1"),
+    ("validate", with_overrides({"decode": {"banned_tokens": [5, 999]}}),
+     "params.yaml: decode.banned_tokens = [5, 999]: ids must be < tokenizer.tgt_vocab_size (44)"),
+    ("validate", with_overrides({"mlflow": {"tracking_uri": "ftp://host/runs"}}),
+     "params.yaml: mlflow.tracking_uri = 'ftp://host/runs': must be a store URI starting with "
+     "sqlite://, http://, https://, postgresql://, mysql://, mssql://, file://, databricks:// "
+     "(a run kept while the store is down is replayed to it)"),
+    ("validate", with_overrides({"mlflow": {"tracking_uri": "mlflow.db"}}),
+     "params.yaml: mlflow.tracking_uri = 'mlflow.db': must be a store URI starting with "
+     "sqlite://, http://, https://, postgresql://, mysql://, mssql://, file://, databricks:// "
+     "(a run kept while the store is down is replayed to it)"),
+    ("validate", with_overrides(USER_FILE), "params.yaml: data.path = "
+     "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
+    ("fetch", with_overrides(USER_FILE), "params.yaml: data.path = "
+     "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
+    ("validate", with_overrides({"data": {"source": "tsv", "path": "/tmp"},
+                                 "paths": {"raw": "data/raw/tmp"}}),
+     "params.yaml: data.path = '/tmp': a folder; name the data file in it"),
 ]
 
 
@@ -86,3 +120,31 @@ def test_bad_config_stops_the_stage_with_one_line_and_status_2(
 def test_validate_stage_accepts_the_repository_params(tmp_path: Path) -> None:
     res = run_stage("validate", tmp_path, (REPO / "params.yaml").read_text())
     assert res.returncode == 0 and res.stderr == "[validate] params ok\n"
+
+
+def test_settings_the_strategy_ignores_warn_in_one_line_each_and_do_not_stop(
+        tmp_path: Path) -> None:
+    res = run_stage("validate", tmp_path, with_overrides(
+        {"decode": {"strategy": "greedy", "n_best": 3, "top_k": 5, "beam_size": 8}}))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [
+        "[validate] warning: decode.n_best = 3 is ignored: only decode.strategy beam reads it "
+        "(decode.strategy is greedy)",
+        "[validate] warning: decode.top_k = 5 is ignored: only decode.strategy sample reads it "
+        "(decode.strategy is greedy)",
+        "[validate] params ok"]  # beam_size: set for beam by default, never warned about
+
+
+def test_a_special_id_beyond_an_auto_vocabulary_stops_the_tokenizer_in_one_line(
+        tmp_path: Path) -> None:
+    from seqcore.contract import SpecialIds  # noqa: PLC0415
+    from seqcore.tokenizer import (  # noqa: PLC0415
+        TokenizerSettingsError, choose_settings, train_sentencepiece)
+
+    texts = ["k ae t", "d ao g"] * 20
+    settings, _ = choose_settings(texts, "char", "auto", 1.0)
+    with pytest.raises(TokenizerSettingsError, match=rf"^tokenizer: special id 100 \(tokenizer"
+                       rf"\.pad_id/unk_id/bos_id/eos_id\) must be < the vocabulary size "
+                       rf"{settings.vocab_size} chosen for this side"):
+        train_sentencepiece(texts, settings, SpecialIds(100, 1, 2, 3), tmp_path / "m.model")
+

@@ -248,7 +248,8 @@ BASE: dict[str, Any] = {
     "train.schedule": "noam", "train.lr": 1.0, "train.select": "best_dev",
     "model.transformer.attention_kernel": "auto",
     "train.threads": 1, "decode.max_len": 12, "decode.batch_size": 64,
-    "mlflow.tracking_uri": "unreachable://nowhere",  # the run record is kept as JSON
+    # nothing listens on port 9 (run_main: no retries): the run record is kept as JSON
+    "mlflow.tracking_uri": "http://127.0.0.1:9",
 }
 
 #: Conditions of every case of a stage: training cases run 8 steps (the base model that
@@ -297,15 +298,19 @@ def run_main(stage: str, workdir: Path) -> None:
     import importlib  # noqa: PLC0415
 
     main = importlib.import_module(f"pipeline.{stage}").main
-    argv, uri = sys.argv, os.environ.pop("MLFLOW_TRACKING_URI", None)
-    sys.argv = [f"pipeline.{stage}", "--params", "params.yaml"]
+    saved = {k: os.environ.pop(k, None) for k in ("MLFLOW_TRACKING_URI",
+                                                   "MLFLOW_HTTP_REQUEST_MAX_RETRIES")}
+    argv, sys.argv = sys.argv, [f"pipeline.{stage}", "--params", "params.yaml"]
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # the closed port answers at once
     try:
         with in_dir(workdir), contextlib.redirect_stderr(io.StringIO()):
             main()
     finally:
         sys.argv = argv
-        if uri is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
+        for key, value in saved.items():
+            os.environ.pop(key, None)
+            if value is not None:
+                os.environ[key] = value
 
 
 def tensor_digest(state: dict[str, torch.Tensor]) -> str:

@@ -58,8 +58,8 @@ MUTANTS: list[Mutant] = [
            "rows_in.append((list(y) + [ids.eos])[: len(labels)])",
            ("tests/test_contract.py",)),
     Mutant("shift: PAD positions labelled", "seqcore/contract.py",
-           "labels_t = torch.full((len(targets), width), IGNORE_INDEX, dtype=torch.long)",
-           "labels_t = torch.full((len(targets), width), ids.pad, dtype=torch.long)",
+           "labels_t = right_padded(rows_lab, width, IGNORE_INDEX)",
+           "labels_t = right_padded(rows_lab, width, ids.pad)",
            ("tests/test_contract.py",)),
     # -- rule 2: causal mask -----------------------------------------------------------------
     Mutant("causal: diagonal hidden", "seqcore/contract.py",

@@ -28,7 +28,6 @@ import runpy
 import socket
 import struct
 import sys
-import traceback
 from pathlib import Path
 
 #: The pipeline modules served: the stages, the audit and the tracking CLI (replay).
@@ -122,8 +121,8 @@ def _run_child(request: dict, fds: list[int]) -> None:
             else:
                 print(stop.code, file=sys.stderr)
         atexit._run_exitfuncs()  # what the interpreter does at a normal exit
-    except BaseException:  # noqa: BLE001 (an uncaught error: traceback and status 1, as python)
-        traceback.print_exc()
+    except BaseException:  # noqa: BLE001 (an uncaught error: status 1, as python)
+        sys.excepthook(*sys.exc_info())  # the stage's own hook: one line for a OneLineError
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -33,6 +33,10 @@ def decode(cfg: Config, io: StageIO) -> None:
     sig = io.contract(meta.signature, cfg.paths.model, tc)
     toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
     ids, tgt_tok = toks.ids, toks.tgt
+    if any(t >= tgt_tok.vocab_size for t in cfg.decode.banned_tokens):
+        raise TaskError(f"decode.banned_tokens = {list(cfg.decode.banned_tokens)}: ids must be < "
+                        f"the target vocabulary size ({tgt_tok.vocab_size}, "
+                        f"{cfg.paths.tokenizer_contract})")
     if model.max_positions is not None and cfg.decode.max_len > model.max_positions:
         raise TaskError(
             f"decode.max_len ({cfg.decode.max_len}) is longer than the model's position "
