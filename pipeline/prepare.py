@@ -29,15 +29,27 @@ def run(cfg: Config) -> None:
                  "fix the row, or set data.bad_rows: skip to drop and list such rows")
     except ValueError as err:  # HeaderError, or a data.source that is not a parallel file
         sys.exit(f"[prepare] {err}")
+    # First, so that every stop below leaves the reasons on disk.
+    write_rejects(Path(cfg.paths.rejects), prepared.rejects)
+    dropped = prepared.summary().rejects["dropped"]
+    lost, seen = sum(dropped.values()), prepared.read + sum(dropped.values())
+    if seen and lost / seen > d.max_reject_rate:
+        sys.exit(f"[prepare] {lost} of the {seen} rows read from {label} were dropped "
+                 f"({lost / seen:.1%}: {_reasons(dropped)}), more than data.max_reject_rate "
+                 f"{d.max_reject_rate}: a run would learn from what is left without a word; "
+                 f"every row is listed in {cfg.paths.rejects}. Fix the file (e.g. save it as "
+                 "UTF-8 with one TAB per row), or raise data.max_reject_rate")
     # The splits the task scores (seqcore.tasks): too few rows there and the run either dies
     # late or reports noise (issue 13).
     fractions = get_task(cfg.task).scored_splits(d)
     small = [f"{s} has {len(prepared.splits[s])} rows (data.{s}_fraction {f})"
              for s, f in fractions.items() if len(prepared.splits[s]) < d.min_split_rows]
     if small:
+        lost_note = (f" ({lost} rows dropped: {_reasons(dropped)}; see {cfg.paths.rejects})"
+                     if lost else "")
         sys.exit(f"[prepare] {' and '.join(small)} of {sum(map(len, prepared.splits.values()))} "
-                 f"kept rows, fewer than data.min_split_rows {d.min_split_rows}; raise "
-                 "data.dev_fraction / data.test_fraction or add rows")
+                 f"kept rows{lost_note}, fewer than data.min_split_rows {d.min_split_rows}; "
+                 "raise data.dev_fraction / data.test_fraction or add rows")
     train = prepared.splits["train"]
     target, share = dominant_target(train)
     if share > d.max_target_share:
@@ -52,7 +64,6 @@ def run(cfg: Config) -> None:
         path = out / f"{split}.jsonl"
         write_pairs(prepared.splits[split], path)
         hashes[split] = sha256_file(path)
-    write_rejects(Path(cfg.paths.rejects), prepared.rejects)
     summary = prepared.summary()
     # data.sha256 is fetch's business (and not a prepare param in dvc.yaml); a guard changes
     # no output, so the manifest does not hold it
@@ -61,6 +72,12 @@ def run(cfg: Config) -> None:
                      cfg.paths.rejects, summary).save(manifest_path(out))
     print(f"[prepare] {summary.rows} rejects={summary.rejects}", file=sys.stderr)
     signature(cfg, "prepare", upstream=False)
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    """``invalid-utf8 100, duplicate 3``: the reasons, most frequent first."""
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(),
+                                                            key=lambda kv: (-kv[1], kv[0])))
 
 
 def main() -> None:

@@ -98,6 +98,10 @@ class DataConfig:
     # always writes it would score as if it had learned the task (issue 31). A guard: it
     # changes no output, so no contract or manifest holds it (seqcore.signature.GUARD_KEYS).
     max_target_share: float = 0.5
+    # prepare stops when more than this share of the rows read is dropped (invalid UTF-8, no
+    # tab, duplicates, ...): a run would silently learn from what is left (issue 31). A guard
+    # like max_target_share. CMUdict drops 0.2 % (duplicates).
+    max_reject_rate: float = 0.05
 
 
 @dataclass(frozen=True)

@@ -434,6 +434,7 @@ RANGE_TABLE: dict[str, tuple[type, float, bool, float, bool]] = {
     "data.max_pairs": (int, 0, True, INF, False),
     "data.min_split_rows": (int, 0, True, INF, False),
     "data.max_target_share": (float, 0, False, 1, True),
+    "data.max_reject_rate": (float, 0, True, 1, True),
     "tokenizer.src_vocab_size": (int, 5, True, INF, False),
     "tokenizer.tgt_vocab_size": (int, 5, True, INF, False),
     "tokenizer.max_unk_rate": (float, 0, True, 1, True),

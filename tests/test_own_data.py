@@ -295,3 +295,31 @@ def test_one_target_over_max_target_share_of_the_train_rows_stops_prepare_in_one
                     "trained; check the targets of data/external/user.tsv, or raise "
                     "data.max_target_share")
     assert not (tmp_path / "data/prepared/manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_a_windows_1252_file_losing_a_third_of_its_rows_stops_prepare_naming_the_reason(
+        tmp_path: Path) -> None:
+    # 300 rows; every third word is accented and saved as Windows-1252, not UTF-8: those 100
+    # lines are invalid UTF-8 and dropped. The rejects file is written before the stop.
+    rows = [f"{'caf' + chr(233) if i % 3 == 0 else 'w'}{i:03d}\tK AE T{i % 7}" for i in range(300)]
+    (tmp_path / "data/external").mkdir(parents=True)
+    (tmp_path / "data/external/user.tsv").write_bytes(
+        "".join(r + "\n" for r in rows).encode("cp1252"))
+    assert run_stage(tmp_path, "fetch").returncode == 0
+    res = run_stage(tmp_path, "prepare")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "[prepare] 100 of the 300 rows read from data/external/user.tsv were dropped (33.3%: "
+        "invalid-utf8 100), more than data.max_reject_rate 0.05: a run would learn from what "
+        "is left without a word; every row is listed in reports/data_rejects.tsv. Fix the file "
+        "(e.g. save it as UTF-8 with one TAB per row), or raise data.max_reject_rate")
+    rejects = (tmp_path / "reports/data_rejects.tsv").read_text().splitlines()
+    assert len(rejects) == 101 and all("\tinvalid-utf8\t" in r for r in rejects[1:])
+    assert not (tmp_path / "data/prepared/manifest.json").exists()
+    # at the limit it runs: 15 of 300 dropped is exactly 0.05
+    rows = [f"{'caf' + chr(233) if i % 20 == 0 else 'w'}{i:03d}\tK AE T{i % 7}" for i in range(300)]
+    (tmp_path / "data/external/user.tsv").write_bytes(
+        "".join(r + "\n" for r in rows).encode("cp1252"))
+    assert run_stage(tmp_path, "fetch").returncode == 0
+    assert run_stage(tmp_path, "prepare").returncode == 0

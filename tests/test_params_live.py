@@ -86,6 +86,7 @@ LIVE: dict[str, Live] = {
     "data.max_pairs": Live("prepare", 100),
     "data.min_split_rows": Live("prepare", 10**6, fails=True),
     "data.max_target_share": Live("prepare", 1e-6, fails=True),
+    "data.max_reject_rate": Live("prepare", 0.0, fails=True),  # the sample has a bad row
     "tokenizer.src_model_type": Live("tokenizer", "unigram"),
     "tokenizer.src_vocab_size": Live("tokenizer", 80, {"tokenizer.src_model_type": "unigram"}),
     "tokenizer.tgt_model_type": Live("tokenizer", "char"),
