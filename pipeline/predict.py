@@ -20,6 +20,7 @@ from seqcore.artifacts.model_file import ModelFile
 from seqcore.config import ConfigError, load_config
 from seqcore.data.examples import Example
 from seqcore.data.inputs import SourceInput, check_source
+from seqcore.errors import OneLineError
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.tokenizer import load_tokenizers
@@ -45,18 +46,27 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"[predict] {err}", file=sys.stderr)
         return 2
-    lines = args.inputs or sys.stdin.read().splitlines()
+    lines = args.inputs or stdin_lines()
     if not lines:
         print("[predict] no input: give inputs as arguments or one per line on stdin",
               file=sys.stderr)
         return 2
-    saved = ModelFile.load(cfg.paths.model)
-    model, meta = saved.build(), saved.meta
-    tc = tokenizer_contract(cfg)
-    signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc)
-    toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
-    checked = [check_source(line, toks.text, toks.src, meta.max_src_len)
-               for line in lines]
+    try:  # a missing, corrupt or refused model or tokenizer: one line, exit 1
+        saved = ModelFile.load(cfg.paths.model)
+        model, meta = saved.build(), saved.meta
+        tc = tokenizer_contract(cfg)
+        signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc)
+        toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
+    except OneLineError as err:
+        print(f"[predict] {err}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as err:
+        print(f"[predict] {err.filename}: missing; run `dvc repro` (or `dvc pull`) first",
+              file=sys.stderr)
+        return 1
+    checked = [SourceInput(repr(line)[2:-1], "", [], "not valid UTF-8")
+               if isinstance(line, bytes) else
+               check_source(line, toks.text, toks.src, meta.max_src_len) for line in lines]
     good = [i for i, c in enumerate(checked) if not c.problem]
     examples = [Example(str(i), str(i), checked[i].text, "", checked[i].ids, [], True)
                 for i in good]
@@ -67,6 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     answers = {int(r.id): (r.hypothesis, output_problem(r.tokens, r.eos, toks.ids.unk,
                                                         cfg.decode.max_len)) for r in rows}
     return report(checked, answers)
+
+
+def stdin_lines() -> list[str | bytes]:
+    """Standard input, one entry per line: the text, or the raw bytes of a line that is not
+    valid UTF-8 (answered with its own error line; the other lines still get answers)."""
+    out: list[str | bytes] = []
+    for raw in sys.stdin.buffer.read().splitlines():
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(raw)
+    return out
 
 
 def report(checked: list[SourceInput], answers: dict[int, tuple[str, str]]) -> int:

@@ -211,8 +211,9 @@ class TokenizerSettingsError(OneLineError, ValueError):
     """Settings SentencePiece would refuse with an internal error (the message says which)."""
 
 
-class TokenizerMismatch(ValueError):
-    """A tokenizer model file does not match the contract (or the checkpoint) that names it."""
+class TokenizerMismatch(OneLineError, ValueError):
+    """A tokenizer model file does not match the contract (or the checkpoint) that names it,
+    or is missing (one line naming the file)."""
 
 
 @dataclass(frozen=True)
@@ -276,11 +277,16 @@ def load_tokenizers(
     toks = {}
     for side in SIDES:
         entry = contract.side(side)
-        tok = Tokenizer(contract_path.parent / entry.file)
-        if tok.sha256 != entry.sha256:
+        path = contract_path.parent / entry.file
+        if not path.is_file():
+            raise TokenizerMismatch(f"{side} tokenizer {path}: missing (named by "
+                                    f"{contract_path}); re-run the tokenizer stage")
+        got = sha256_file(path)  # before parsing: a corrupt file is named, not parsed
+        if got != entry.sha256:
             raise TokenizerMismatch(
-                f"{side} tokenizer {tok.path}: model file sha256 {tok.sha256} does not match "
+                f"{side} tokenizer {path}: model file sha256 {got} does not match "
                 f"{contract_path} sha256 {entry.sha256}; re-run the tokenizer stage")
+        tok = Tokenizer(path)
         if expected_sha256 is not None and expected_sha256[side] != entry.sha256:
             raise TokenizerMismatch(
                 f"{side} tokenizer: {contract_path} sha256 {entry.sha256} differs from the "

@@ -105,6 +105,23 @@ def test_lm_model_file_reads_back_its_shape_and_vocabulary(tmp_path: Path) -> No
     assert (back.lm, back.info, back.meta) == (lm, None, META)
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_model_file_with_non_finite_weights_is_refused_in_one_line(
+        tmp_path: Path, bad: float) -> None:
+    # its sha256 sidecar matches: the file is intact, the weights are not (a diverged run)
+    from seqcore.training.checkpoint import UnusableCheckpoint  # noqa: PLC0415
+
+    weights = {"a": torch.ones(3), "b.weight": torch.tensor([1.0, bad]),
+               "steps": torch.tensor([3])}
+    ModelFile(weights, META, lm=LMInfo(RNNLMShape("gru", 7, 4, 8, 1, 0.0, 0), ["a"])).save(
+        tmp_path / "model.pt")
+    with pytest.raises(UnusableCheckpoint) as refused:
+        ModelFile.load(tmp_path / "model.pt")
+    assert str(refused.value) == (f"{tmp_path / 'model.pt'}: weight b.weight holds NaN or "
+                                  "infinity; the model is unusable: retrain it (dvc repro -f "
+                                  "train)")
+
+
 def test_model_file_of_another_schema_is_refused_in_one_line_naming_the_file(
         tmp_path: Path) -> None:
     from seqcore.training.checkpoint import save_blob  # noqa: PLC0415

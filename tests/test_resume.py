@@ -21,6 +21,7 @@ import torch
 
 from seqcore.training.checkpoint import (
     CheckpointDir, ContractMismatch, check_contract, load_blob, save_blob)
+from seqcore.errors import OneLineError
 from tests.factories import REPO
 from tests.programs.resume_worker import CKPT_EVERY, MAX_STEPS
 
@@ -121,8 +122,13 @@ def test_checkpoint_from_another_contract_is_refused_with_a_diff(
     assert run_jobs([job(tmp_path / "run", "s2s", lr=2.0)]) == [1]
     err = stderr_of(tmp_path / "run")
     assert "ContractMismatch" in err and "lr: checkpoint=1.0 now=2.0" in err
-    with pytest.raises(ContractMismatch, match="task: checkpoint='g2p' now='lm'"):
-        check_contract({"task": "g2p"}, {"task": "lm"}, "x")
+    with pytest.raises(ContractMismatch) as refused:
+        check_contract({"task": "g2p", "lr": 1.0, "seed": 1}, {"task": "lm", "lr": 1.0}, "x")
+    assert str(refused.value) == (  # one line: the train stage prints it without a traceback
+        "x was trained under a different contract (seed: checkpoint=1 now=None; task: "
+        "checkpoint='g2p' now='lm'): set these back in params.yaml to resume it, or "
+        "train.resume: fresh to start over")
+    assert isinstance(refused.value, OneLineError)
 
 
 class _NotAllowed:

@@ -19,7 +19,7 @@ from seqcore.config import ModelConfig, as_dict, config_from_dict
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.models.rnn_lm import RNNLMShape
-from seqcore.training.checkpoint import load_blob, save_blob
+from seqcore.training.checkpoint import UnusableCheckpoint, load_blob, save_blob
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,12 @@ class ModelFile:
                                  s["src_vocab"], s["tgt_vocab"], s["pad_id"], s["max_len"])
             if "lm_shape" in payload:
                 lm = LMInfo(RNNLMShape(**payload["lm_shape"]), payload["vocab"])
-            return cls(payload["model"], ModelMeta(**payload["meta"]), info, lm)
+            saved = cls(payload["model"], ModelMeta(**payload["meta"]), info, lm)
         except (KeyError, TypeError) as err:
             raise fields_error(path, "model", err) from None
+        bad = next((name for name, t in saved.weights.items()
+                    if t.is_floating_point() and not torch.isfinite(t).all()), None)
+        if bad is not None:  # a diverged run (or an edited file) would decode garbage, exit 0
+            raise UnusableCheckpoint(f"{path}: weight {bad} holds NaN or infinity; the model is "
+                                     "unusable: retrain it (dvc repro -f train)")
+        return saved

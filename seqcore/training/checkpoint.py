@@ -34,8 +34,9 @@ class UnusableCheckpoint(OneLineError, ValueError):
     or not weights-only. Its message is one line naming the file."""
 
 
-class ContractMismatch(RuntimeError):
-    """A checkpoint was trained under a different contract than the current one."""
+class ContractMismatch(OneLineError, RuntimeError):
+    """A checkpoint was trained under a different contract than the current one (one line
+    naming every differing key and what to do)."""
 
 
 def _sha256(data: bytes) -> str:
@@ -246,10 +247,11 @@ class CheckpointDir:
 
 
 def check_contract(stored: dict[str, Any], current: dict[str, Any], where: str) -> None:
-    """Raise ContractMismatch listing every key whose value differs."""
+    """Raise ContractMismatch naming every key whose value differs, in one line."""
     keys = sorted(set(stored) | set(current))
-    diff = [f"  {k}: checkpoint={stored.get(k)!r} now={current.get(k)!r}"
+    diff = [f"{k}: checkpoint={stored.get(k)!r} now={current.get(k)!r}"
             for k in keys if stored.get(k) != current.get(k)]
     if diff:
-        raise ContractMismatch(f"{where} was trained under a different contract:\n" +
-                               "\n".join(diff) + "\nset train.resume: fresh to start over")
+        raise ContractMismatch(f"{where} was trained under a different contract ("
+                               + "; ".join(diff) + "): set these back in params.yaml to resume "
+                               "it, or train.resume: fresh to start over")

@@ -1,0 +1,92 @@
+"""`python -m pipeline.predict`, the command users run most, on a broken result and on bad
+input: one line naming the file and what to do, exit 1 for a broken artifact, no traceback;
+a bad input line gets its own error line and every other line its answer (issue 31)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.predict import main
+from seqcore.training.checkpoint import load_blob, save_blob
+from tests.pipeline_helpers import copy_result
+
+pytestmark = pytest.mark.slow  # the shared tiny result
+
+
+@pytest.fixture(scope="module")
+def result(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_result(audit_result[0], tmp_path_factory.mktemp("predict") / "repo")
+
+
+@pytest.fixture
+def repo(result: Path, tmp_path: Path) -> Path:
+    """A throwaway copy of the result's files that predict reads (a case may break them)."""
+    dest = tmp_path / "repo"
+    dest.mkdir()
+    for name in ("params.yaml", "models", "tokenizer"):
+        src = result / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
+    return dest
+
+
+def run(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        stdin: bytes) -> tuple[int, str, str]:
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    code = main([])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def nan_weights(repo: Path) -> None:
+    payload = load_blob(repo / "models/model.pt")
+    name = next(k for k, t in payload["model"].items() if t.is_floating_point())
+    payload["model"][name] = torch.full_like(payload["model"][name], float("nan"))
+    save_blob(repo / "models/model.pt", payload)  # a matching sidecar: only the values are bad
+
+
+BROKEN = {
+    "missing model": (lambda r: (r / "models/model.pt").unlink(), "models/model.pt"),
+    "corrupt model": (lambda r: (r / "models/model.pt").write_bytes(b"not a model"),
+                      "models/model.pt"),
+    "NaN weights": (nan_weights, "holds NaN or infinity; the model is unusable"),
+    "missing tokenizer contract": (lambda r: (r / "tokenizer/contract.json").unlink(),
+                                   "tokenizer/contract.json"),
+    "corrupt tokenizer model": (
+        lambda r: next((r / "tokenizer").glob("*.model")).write_bytes(b"garbage"),
+        "does not match tokenizer/contract.json sha256"),
+    "missing tokenizer model": (lambda r: next((r / "tokenizer").glob("*.model")).unlink(),
+                                "missing (named by tokenizer/contract.json)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_result_stops_predict_in_one_line_with_status_1(
+        case: str, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    breaks, want = BROKEN[case]
+    breaks(repo)
+    code, out, err = run(repo, monkeypatch, capsys, b"cat\n")
+    assert code == 1 and not out, out
+    # the contract line predict prints once the model is read, then the one error line
+    lines = [ln for ln in err.splitlines() if not ln.startswith("[predict] contract: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("[predict] ") and want in lines[0], err
+
+
+def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(
+        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(repo, monkeypatch, capsys, "cat\ncaf\u00e9\n".encode("cp1252")
+                         + b"dog\n")
+    assert code == 1 and "Traceback" not in err
+    assert "[predict] line 2 'caf\\\\xe9': not valid UTF-8" in err.splitlines()
+    answered = {line.split("\t")[0] for line in out.splitlines()}
+    flagged = {line.split("'")[1] for line in err.splitlines() if line.startswith("[predict] line")}
+    assert answered | flagged == {"cat", "caf\\\\xe9", "dog"}  # every line answered or flagged
+    assert json.dumps(sorted(answered & flagged)) == "[]"
