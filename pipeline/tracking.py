@@ -36,7 +36,8 @@ from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
-from seqcore.config import Config, as_dict, config_from_dict, experiment_name, flatten, load_config
+from seqcore.config import (
+    Config, ConfigError, as_dict, config_from_dict, experiment_name, flatten, load_config)
 from seqcore.credentials import redact_text, redact_uri
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
@@ -494,7 +495,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=REPLAY_SECONDS,
                         help=f"seconds before giving up (default {REPLAY_SECONDS:g})")
     args = parser.parse_args()
-    cfg = load_config(args.params)
+    try:
+        cfg = load_config(args.params)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
     pending = Path(args.replay or cfg.paths.mlflow_pending)
     if not pending.exists():
         print(f"nothing pending ({pending} does not exist)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +18,20 @@ def write_jsonl(rows: Iterable[Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for row in rows:
-            f.write(json.dumps(dataclasses.asdict(row), ensure_ascii=False, sort_keys=True) + "\n")
+            f.write(json.dumps(_strict(dataclasses.asdict(row)), ensure_ascii=False,
+                               sort_keys=True, allow_nan=False) + "\n")
+
+
+def _strict(value: Any) -> Any:
+    """A NaN or infinite float as null: strict JSON has neither (a bare ``NaN`` breaks most
+    readers), and an undefined score is not a number to compute with."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
 
 
 def read_jsonl(path: Path, cls: type[T]) -> list[T]:

@@ -99,6 +99,8 @@ CASES = [
      "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
     ("fetch", with_overrides(USER_FILE), "params.yaml: data.path = "
      "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
+    ("tracking", with_overrides({"train": {"lr": -1.0}}),  # the replay command
+     "params.yaml: train.lr = -1.0: must be > 0"),
     ("validate", with_overrides({"data": {"source": "tsv", "path": "/tmp"},
                                  "paths": {"raw": "data/raw/tmp"}}),
      "params.yaml: data.path = '/tmp': a folder; name the data file in it"),

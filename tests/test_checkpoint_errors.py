@@ -76,3 +76,25 @@ def test_a_plain_pickle_is_refused_in_one_line_without_suggesting_to_lift_the_ch
                        "torch.save archive); refused, nothing was loaded")
     assert "weights_only=False" not in message and "\n" not in message
     assert not recwarn.list  # torch's protocol warning is not passed on
+
+
+def test_a_temp_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    # a writer killed between its temp file and the rename leaves .NAME.tmp-PID beside a DVC
+    # output; the next write of that file removes it (a live writer's temp file is kept)
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from seqcore.training.checkpoint import atomic_write  # noqa: PLC0415
+
+    dead_pid = subprocess.Popen(["true"])  # noqa: S607
+    dead_pid.wait()
+    stale = tmp_path / f".model.pt.tmp-{dead_pid.pid}"
+    live = tmp_path / f".model.pt.tmp-{os.getppid()}"
+    other = tmp_path / f".other.pt.tmp-{dead_pid.pid}"
+    for f in (stale, live, other):
+        f.write_bytes(b"half")
+    atomic_write(tmp_path / "model.pt", b"weights")
+    assert (tmp_path / "model.pt").read_bytes() == b"weights"
+    assert not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["model.pt", live.name, other.name])

@@ -48,3 +48,14 @@ def test_the_json_writer_refuses_nan(tmp_path: Path) -> None:
         write_json(tmp_path / "m.json", {"x": math.nan})
     write_json(tmp_path / "m.json", null_undefined({"x": math.nan}))
     assert json.loads((tmp_path / "m.json").read_text())["x"] is None
+
+
+def test_a_non_finite_score_in_a_predictions_row_is_written_as_null(tmp_path: Path) -> None:
+    row = PredictionRow("1", "g", "cat", "K AE T", "K AE T", [5, 6, 7], ["K", "AE", "T"],
+                        -math.inf, math.nan, 3, True, [{"score": -math.inf, "text": "K"}])
+    Predictions([row]).save(tmp_path / "p.jsonl")
+    line = (tmp_path / "p.jsonl").read_text()
+    assert "NaN" not in line and "Infinity" not in line
+    back = json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in {line}"))
+    assert (back["score"], back["norm_score"], back["nbest"][0]["score"]) == (None, None, None)
+    assert back["hypothesis"] == "K AE T"

@@ -44,14 +44,41 @@ def _sha256(data: bytes) -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes to a temp file in the same folder, fsync, then rename over ``path``."""
+    """Write bytes to a temp file in the same folder, fsync, then rename over ``path``.
+
+    A temp file of ``path`` left by a writer that was killed (its process is gone) is removed
+    first: it would otherwise stay beside a DVC output for good (and `git add -A` commit it).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Delete ``.NAME.tmp-PID`` files beside ``path`` whose PID no longer runs; returns them."""
+    removed = []
+    for tmp in path.parent.glob(f".{path.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def canonical(value: Any) -> Any:
