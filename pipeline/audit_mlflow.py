@@ -162,4 +162,26 @@ def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
     art, lock_sha = artifact_diffs(run, uri, record, lock)
     diffs += [f"run {rid} {d}" for d in art]
     diffs += [f"run {rid} {d}" for d in tag_diffs(record, run.data.tags, lock_sha)]
+    return diffs + claimant_diffs(client, run, finals)
+
+
+def claimant_diffs(client: Any, run: Any, finals: dict[str, float]) -> list[str]:
+    """Every other run of the experiment that claims this result (the same dvc.lock, by its
+    ``dvc.lock.sha256`` tag) must report the same final metrics: a copied run with better
+    figures, started earlier so that it is not the latest, sits beside the real one in the
+    MLflow UI (issue 33). A run logged again from the same result agrees and passes."""
+    sha = run.data.tags.get("dvc.lock.sha256")
+    if not sha:
+        return []
+    others = [r for r in client.search_runs(
+        [run.info.experiment_id], filter_string=f"tags.`dvc.lock.sha256` = '{sha}'",
+        max_results=1000) if r.info.run_id != run.info.run_id]
+    diffs = []
+    for other in others:
+        found = A.number_diffs("metric", (PIPELINE, RUN), finals,
+                               {k: v for k, v in other.data.metrics.items() if k in finals})
+        if found:
+            diffs.append(f"run {other.info.run_id} ({other.info.run_name}) claims this result "
+                         f"(dvc.lock sha256 {sha[:12]}) but differs: {found[0]}"
+                         + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
     return diffs

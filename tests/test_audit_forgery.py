@@ -27,7 +27,7 @@ from pipeline.tracking import read_yaml12
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
-from tests.pipeline_helpers import run_audit, stage_python, tool_env
+from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
 
 pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
@@ -186,6 +186,31 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
             in report.render()
         assert "artifact reports/report.md: line 1: mlflow run has \"forged\"" \
             in report.render()
+
+
+@pytest.mark.slow
+def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 33: a copy of the genuine run with a better WER, started earlier (the audit's
+    # run is the latest), sits beside the real one in the MLflow UI claiming the same result
+    from mlflow.entities import Metric, Param  # noqa: PLC0415
+
+    repo = copy_result(audit_result[0], tmp_path / "copy")
+    client, rid = latest_run(repo)
+    real = client.get_run(rid)
+    forged = client.create_run(real.info.experiment_id, start_time=real.info.start_time - 60_000,
+                               tags={k: v for k, v in real.data.tags.items()
+                                     if k != "mlflow.runName"}, run_name="baseline-forged")
+    metrics = dict(real.data.metrics, word_error_rate=real.data.metrics["word_error_rate"] / 2)
+    client.log_batch(forged.info.run_id,
+                     metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+                     params=[Param(k, v) for k, v in real.data.params.items()])
+    report = run_audit(repo, monkeypatch, only=("mlflow run",))
+    assert report.failed() == ["mlflow run"], report.render()
+    assert (f"run {forged.info.run_id} (baseline-forged) claims this result (dvc.lock sha256 "
+            f"{real.data.tags['dvc.lock.sha256'][:12]}) but differs: metric: word_error_rate: "
+            f"pipeline record has {real.data.metrics['word_error_rate']!r}") in report.render()
+    assert f"run {rid} " not in report.render()  # the genuine run itself agrees
 
 
 @pytest.mark.slow
