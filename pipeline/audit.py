@@ -105,6 +105,9 @@ def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> No
     except Exception as err:  # noqa: BLE001 (whatever stops a check, it did not run: say so)
         report.not_run(name, f"could not run: {type(err).__name__}: {err}")
     report.seconds[name] = time.perf_counter() - start
+    # each check's line as it finishes (stderr), the whole report at the end (stdout)
+    print(f"[audit] {report.status[name]:8s} {name} ({report.seconds[name]:.1f} s)",
+          file=sys.stderr, flush=True)
 
 
 def environment_diffs(meta: ModelMeta, header: PredictionsHeader, run: Any) -> list[str]:

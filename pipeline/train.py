@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -56,6 +57,46 @@ def start(cfg: Config) -> tuple[D.World, torch.device]:
     return world, device
 
 
+class Progress:
+    """What a training log line says besides the step's own figures: step N/M, the wall
+    time of this run, an ETA from this run's pace, and the last dev NLL (the log's ``nan``
+    between evaluations read as divergence)."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.last, self.step = first, last, first
+        self.start, self.dev_nll, self.dev_step = time.monotonic(), None, None
+
+    def update(self, e: StepLog) -> None:
+        self.step = int(e.step)
+        if not math.isnan(e.dev_nll):
+            self.dev_nll, self.dev_step = e.dev_nll, self.step
+
+    def line(self, e: StepLog, tokens_per_s: float) -> str:
+        elapsed = time.monotonic() - self.start
+        done = self.step - self.first
+        eta = elapsed / done * (self.last - self.step) if done else math.nan
+        dev = (f"dev_nll {self.dev_nll:.4f} (step {self.dev_step})" if self.dev_nll is not None
+               else "dev_nll -")
+        return (f"step {self.step}/{self.last} loss {e.loss:.4f} lr {e.lr:.2e} grad_norm "
+                f"{e.grad_norm:.3f} {dev} skipped {e.skipped:.0f} tok/s {tokens_per_s:.0f} "
+                f"elapsed {_clock(elapsed)} eta {_clock(eta)}")
+
+
+def _clock(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def resume_hint(ckpt: CheckpointDir) -> str:
+    """Where a stopped run resumes from."""
+    saved = sorted(ckpt.root.glob("ckpt-*.pt"))
+    if not saved:
+        return "no checkpoint written yet: `dvc repro` starts over"
+    return f"`dvc repro` resumes from {saved[-1]}"
+
+
 def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
@@ -73,16 +114,21 @@ def main() -> None:
         return D.close_world(world)
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
+    progress = Progress(trainer.state.step, cfg.train.max_steps)
     with TrainLog.writer(cfg.paths.train_log, trainer.state.history) as out:
 
         def log(e: StepLog, tokens_per_s: float) -> None:  # tokens/s: console only
             out.append(e)
+            progress.update(e)
             if not sys.stderr.isatty() and e.step % cfg.train.log_every == 0:
-                print(f"[train] step {e.step:.0f} loss {e.loss:.4f} lr {e.lr:.2e} "
-                      f"grad_norm {e.grad_norm:.3f} dev_nll {e.dev_nll:.4f} skipped "
-                      f"{e.skipped:.0f} tok/s {tokens_per_s:.0f}", file=sys.stderr)
+                print(f"[train] {progress.line(e, tokens_per_s)}", file=sys.stderr)
 
-        state = trainer.run(log)
+        try:
+            state = trainer.run(log)
+        except KeyboardInterrupt:
+            print(f"[train] stopped at step {progress.step} (interrupted); {resume_hint(ckpt)}",
+                  file=sys.stderr)
+            raise SystemExit(130) from None
     best = ckpt.best_weights(state.best_step) if cfg.train.select == "best_dev" else None
     if best is not None:
         setup.model.load_state_dict(best.payload["model"])

@@ -145,13 +145,19 @@ def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: 
 
 @pytest.mark.slow
 def test_only_runs_the_named_checks_and_the_verdict_names_them(
-        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
     edit_metric(repo)  # caught by "evaluate redone" and "mlflow run", not by "counts"
     report = run_audit(repo, monkeypatch, only=("counts", "mlflow run"))
     assert list(report.checks) == ["counts", "mlflow run"]
     assert report.failed() == ["mlflow run"], report.render()
     assert report.render().endswith("audit: FAILED (mlflow run) [only: counts, mlflow run]")
+    # each check's line is printed as it finishes (issue 30), before the whole report
+    streamed = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[audit] ")]
+    assert [ln.split(" (")[0] for ln in streamed] == ["[audit] ok       counts",
+                                                      f"[audit] {report.status['mlflow run']:8s}"
+                                                      " mlflow run"], streamed
 
 
 @pytest.mark.parametrize("value", ["counts,dvc stat", "", " , "])

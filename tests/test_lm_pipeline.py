@@ -40,7 +40,7 @@ def test_lm_train_stage_reports_perplexities_and_resumes_when_run_again(tmp_path
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
     first = train(tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "fresh start" in first.stderr and "step 3 loss" in first.stderr
+    assert "fresh start" in first.stderr and "step 3/6 loss" in first.stderr
     metrics = json.loads((tmp_path / "reports/train_metrics.json").read_text())
     lm = metrics["lm"]
     assert metrics["steps"] == 6 and "selected_step" in metrics

@@ -4,6 +4,7 @@ uninterrupted run ends (same model bytes, same per-step losses)."""
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,25 @@ def test_killed_train_stage_resumes_on_repro_and_matches_an_uninterrupted_run(
     assert (crashed / "models/model.pt").read_bytes() == (straight / "models/model.pt").read_bytes()
     assert losses(crashed) == losses(straight)
     assert len(losses(straight)) == 12
+
+
+def test_ctrl_c_stops_training_in_one_line_naming_the_step_and_the_checkpoint_to_resume(
+        audit_result: tuple[Path, str], tmp_path: Path) -> None:
+    repo = retrained(audit_result[0], tmp_path / "interrupted")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    (repo / "params.yaml").write_text(yaml.safe_dump(merge(params, {"train": {"log_every": 2}}),
+                                                     sort_keys=False))
+    # SIGINT (what Ctrl-C sends) once checkpoint 4 is written
+    stopped = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
+                              "--after", "ckpt-00000004.pt", "--signal", "INT"], cwd=repo,
+                             capture_output=True, text=True,
+                             env=tool_env() | {"PYTHONPATH": str(REPO)})
+    assert stopped.returncode == 130 and "Traceback" not in stopped.stderr, stopped.stderr
+    lines = stopped.stderr.strip().splitlines()
+    assert re.fullmatch(r"\[train\] stopped at step [34] \(interrupted\); `dvc repro` resumes "
+                        r"from checkpoints/\w+/ckpt-00000004\.pt", lines[-1]), lines[-1]
+    steps = [ln for ln in lines if ln.startswith("[train] step ")]
+    assert steps and steps[0].startswith("[train] step 2/12 loss "), steps
+    assert "dev_nll - " in steps[0] and " nan" not in stopped.stderr  # no dev NLL yet: no nan
+    assert re.search(r" elapsed \d+:\d\d:\d\d eta \d+:\d\d:\d\d$", steps[0]), steps[0]
+

@@ -5,7 +5,8 @@ checkpoint file NAME and its sha256 sidecar are written (a crash between two che
 ``--during NAME`` kills it half-way through writing NAME (the temporary file holds half the
 bytes and the rename never happens, as after a real crash inside a write). Kill points are
 named, not timed, so the test does not depend on machine load. Exit status -9 when it fired;
-the stage's own status when NAME was never written.
+the stage's own status when NAME was never written. ``--signal INT`` sends SIGINT instead
+(a user's Ctrl-C: Python raises KeyboardInterrupt where the stage is).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from pathlib import Path
 import seqcore.training.checkpoint as checkpoint
 
 
+SIGNAL = [signal.SIGKILL]
+
+
 def die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), SIGNAL[0])
 
 
 def kill_after(name: str) -> None:
@@ -52,7 +56,9 @@ def main() -> None:
     point = parser.add_mutually_exclusive_group(required=True)
     point.add_argument("--after", metavar="NAME")
     point.add_argument("--during", metavar="NAME")
+    parser.add_argument("--signal", default="KILL", choices=("KILL", "INT"))
     args = parser.parse_args()
+    SIGNAL[0] = getattr(signal, f"SIG{args.signal}")
     kill_after(args.after) if args.after else kill_during(args.during)
     sys.argv = [f"pipeline/{args.stage}.py"]
     runpy.run_module(f"pipeline.{args.stage}", run_name="__main__", alter_sys=True)
