@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("inputs", nargs="*", help="inputs (default: one per line of stdin)")
     parser.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the contract signature the model was trained under")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.params)
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         saved = ModelFile.load(cfg.paths.model)
         model, meta = saved.build(), saved.meta
         tc = tokenizer_contract(cfg)
-        signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc)
+        signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc,
+                  quiet=not args.verbose)
         toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
     except OneLineError as err:
         print(f"[predict] {err}", file=sys.stderr)

@@ -52,7 +52,8 @@ def tokenizer_contract(cfg: Config) -> TokenizerContract:
 
 
 def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "",
-              upstream: bool = True, contract: TokenizerContract | None = None) -> str:
+              upstream: bool = True, contract: TokenizerContract | None = None,
+              quiet: bool = False) -> str:
     """Compute, print and (if ``stored`` is given) compare the contract signature.
 
     ``upstream=False`` is for the stages before the tokenizer (fetch, prepare): their
@@ -63,7 +64,8 @@ def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "
     if upstream and contract is None:
         contract = tokenizer_contract(cfg)
     sig = contract_signature(cfg, contract if upstream else None)
-    print(f"[{stage}] contract: {sig}", file=sys.stderr)
+    if not quiet:
+        print(f"[{stage}] contract: {sig}", file=sys.stderr)
     if stored is not None and stored != sig:
         diff = "\n  ".join(signature_diff(stored, sig))
         sys.exit(f"[{stage}] contract mismatch with {where} (stored != current):\n  {diff}\n"

@@ -36,10 +36,10 @@ def repo(result: Path, tmp_path: Path) -> Path:
 
 
 def run(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
-        stdin: bytes) -> tuple[int, str, str]:
+        stdin: bytes, *argv: str) -> tuple[int, str, str]:
     monkeypatch.chdir(repo)
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    code = main([])
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -74,8 +74,7 @@ def test_a_broken_result_stops_predict_in_one_line_with_status_1(
     breaks(repo)
     code, out, err = run(repo, monkeypatch, capsys, b"cat\n")
     assert code == 1 and not out, out
-    # the contract line predict prints once the model is read, then the one error line
-    lines = [ln for ln in err.splitlines() if not ln.startswith("[predict] contract: ")]
+    lines = err.splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("[predict] ") and want in lines[0], err
 
@@ -90,3 +89,19 @@ def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(
     flagged = {line.split("'")[1] for line in err.splitlines() if line.startswith("[predict] line")}
     assert answered | flagged == {"cat", "caf\\\\xe9", "dog"}  # every line answered or flagged
     assert json.dumps(sorted(answered & flagged)) == "[]"
+
+
+def test_predict_is_quiet_on_success_and_names_what_it_knows_when_it_refuses(
+        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(repo, monkeypatch, capsys, b"", "abc")
+    # the tiny model may give no answer it can stand behind; either way only the answer or
+    # the line's reason is printed: the signature only with -v
+    assert (code, err) == (0, "") if out else err.startswith("[predict] line 1 'abc': "), err
+    assert len(err.splitlines()) <= 1 and "contract:" not in err
+    _, _, err = run(repo, monkeypatch, capsys, b"", "-v", "abc")
+    assert err.startswith("[predict] contract: task:g2p|"), err
+    code, out, err = run(repo, monkeypatch, capsys, b"", "a%c")
+    assert code == 1 and not out
+    assert err.startswith("[predict] line 1 'a%c': not in the source vocabulary: '%' (known: "), err
+    assert err.rstrip().endswith(" pieces))") and " a b " in err, err
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from seqcore.text import SPECIAL_PIECES
 from seqcore.tokenizer import TextContract, Tokenizer
 
 
@@ -45,8 +46,19 @@ def check_source(raw: str, text: TextContract, tok: Tokenizer, max_len: int) -> 
     ids = tok.encode(norm)
     if tok.special_ids().unk in ids:
         spans = ", ".join(repr(s) for s in dict.fromkeys(tok.unknown_spans(norm)))
-        return SourceInput(raw, norm, [], f"not in the source vocabulary: {spans}")
+        return SourceInput(raw, norm, [], f"not in the source vocabulary: {spans} "
+                                          f"({known_pieces(tok)})")
     if len(ids) > max_len:
         return SourceInput(raw, norm, [], f"{len(ids)} tokens > sequence.max_src_len {max_len} "
                                           "the model was trained with")
     return SourceInput(raw, norm, ids)
+
+
+def known_pieces(tok: Tokenizer, width: int = 80) -> str:
+    """What the source tokenizer knows, for a refusal: ``known: a b c ... (33 pieces)``."""
+    pieces = [p for p in tok.pieces() if p not in SPECIAL_PIECES]
+    shown = " ".join(pieces)
+    if len(shown) > width:
+        shown = shown[: width - 4].rsplit(" ", 1)[0] + " ..."
+    return f"known: {shown} ({len(pieces)} pieces)"
+
