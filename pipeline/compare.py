@@ -127,14 +127,10 @@ def _fmt(x: float | None, digits: int = 4) -> str:
     return "-" if x is None or x != x else f"{x:.{digits}f}"
 
 
-def _p(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{x:.4f}"
-
-
 def _row(label: str, m: dict[str, float]) -> str:
     return (f"| {label} | {_fmt(m['a'])} | {_fmt(m['b'])} | {_fmt(m['delta'])} | "
-            f"[{_fmt(m['low'])}, {_fmt(m['high'])}] | {_p(m['p_bootstrap'])} | "
-            f"{_p(m['p_randomization'])} |")
+            f"[{_fmt(m['low'])}, {_fmt(m['high'])}] | {_fmt(m['p_bootstrap'])} | "
+            f"{_fmt(m['p_randomization'])} |")
 
 
 def render(a: Result, b: Result, out: dict[str, Any], confidence: float) -> str:

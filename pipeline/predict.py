@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[predict] {err.filename}: missing; run `dvc repro` (or `dvc pull`) first",
               file=sys.stderr)
         return 1
-    checked = [SourceInput(repr(line)[2:-1], "", [], "not valid UTF-8")
+    checked = [SourceInput(line.decode("utf-8", "backslashreplace"), "", [], "not valid UTF-8")
                if isinstance(line, bytes) else
                check_source(line, toks.text, toks.src, meta.max_src_len) for line in lines]
     good = [i for i, c in enumerate(checked) if not c.problem]

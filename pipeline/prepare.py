@@ -31,7 +31,8 @@ def run(cfg: Config) -> None:
         sys.exit(f"[prepare] {err}")
     # First, so that every stop below leaves the reasons on disk.
     write_rejects(Path(cfg.paths.rejects), prepared.rejects)
-    dropped = prepared.summary().rejects["dropped"]
+    summary = prepared.summary()
+    dropped = summary.rejects["dropped"]
     lost, seen = sum(dropped.values()), prepared.read + sum(dropped.values())
     if seen and lost / seen > d.max_reject_rate:
         sys.exit(f"[prepare] {lost} of the {seen} rows read from {label} were dropped "
@@ -64,7 +65,6 @@ def run(cfg: Config) -> None:
         path = out / f"{split}.jsonl"
         write_pairs(prepared.splits[split], path)
         hashes[split] = sha256_file(path)
-    summary = prepared.summary()
     # data.sha256 is fetch's business (and not a prepare param in dvc.yaml); a guard changes
     # no output, so the manifest does not hold it
     settings = {k: v for k, v in as_dict(d, guard_fields("data")).items() if k != "sha256"}

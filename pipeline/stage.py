@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from seqcore.config import Config, ConfigError, load_config
+from seqcore.config import Config, ConfigError, load_config, workspace_problem
 from seqcore.errors import OneLineError
 from seqcore.signature import contract_signature, signature_diff
 
@@ -32,6 +32,15 @@ def load(description: str) -> Config:
     except ConfigError as err:
         print(err, file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_STATUS) from None
+
+
+def check_workspace(cfg: Config) -> None:
+    """Stop with one line and exit status 2 when the workspace lacks what the params name
+    (seqcore.config.workspace_problem)."""
+    problem = workspace_problem(cfg)
+    if problem:
+        print(f"params.yaml: {problem}", file=sys.stderr)
+        raise SystemExit(CONFIG_ERROR_STATUS)
 
 
 def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any) -> None:

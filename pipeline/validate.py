@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.stage import CONFIG_ERROR_STATUS, load
-from seqcore.config import ignored_settings, workspace_problems
+from pipeline.stage import check_workspace, load
+from seqcore.config import ignored_settings
 
 
 def main() -> None:
     cfg = load(__doc__)
-    for problem in workspace_problems(cfg):
-        print(f"params.yaml: {problem}", file=sys.stderr)
-        raise SystemExit(CONFIG_ERROR_STATUS)
+    check_workspace(cfg)
     for warning in ignored_settings(cfg):
         print(f"[validate] warning: {warning}", file=sys.stderr)
     print("[validate] params ok", file=sys.stderr)

@@ -545,19 +545,19 @@ def _check(cfg: Config) -> None:
                           "and MLFLOW_TRACKING_PASSWORD) in the environment instead")
 
 
-def workspace_problems(cfg: Config) -> list[str]:
-    """What the workspace must hold for these params (validate and fetch stop on the first):
-    a user's data file, as a file. Not part of load_config: an audit or a colleague's clone
-    reads params without the user's input file."""
+def workspace_problem(cfg: Config) -> str | None:
+    """What the workspace lacks for these params (validate and fetch stop on it): a user's
+    data file, as a file. Not part of load_config: an audit or a colleague's clone reads
+    params without the user's input file."""
     if cfg.data.source == "cmudict":
-        return []
+        return None
     path = Path(cfg.data.path)
     if path.is_dir():
-        return [f"data.path = {cfg.data.path!r}: a folder; name the data file in it"]
+        return f"data.path = {cfg.data.path!r}: a folder; name the data file in it"
     if not path.is_file():
-        return [f"data.path = {cfg.data.path!r}: no such file (relative paths start at the "
-                "repository root)"]
-    return []
+        return (f"data.path = {cfg.data.path!r}: no such file (relative paths start at the "
+                "repository root)")
+    return None
 
 
 #: Decode settings each strategy reads; a changed value under another strategy does nothing.

@@ -89,9 +89,10 @@ def train_sentencepiece(
 class Tokenizer:
     """A trained SentencePiece model with encode/decode and a signature."""
 
-    def __init__(self, model_file: Path) -> None:
+    def __init__(self, model_file: Path, sha256: str | None = None) -> None:
+        """``sha256``: the file's hash when the caller has just computed it."""
         self.path = Path(model_file)
-        self.sha256 = sha256_file(self.path)
+        self.sha256 = sha256 or sha256_file(self.path)
         self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
 
     @property
@@ -286,7 +287,7 @@ def load_tokenizers(
             raise TokenizerMismatch(
                 f"{side} tokenizer {path}: model file sha256 {got} does not match "
                 f"{contract_path} sha256 {entry.sha256}; re-run the tokenizer stage")
-        tok = Tokenizer(path)
+        tok = Tokenizer(path, got)
         if expected_sha256 is not None and expected_sha256[side] != entry.sha256:
             raise TokenizerMismatch(
                 f"{side} tokenizer: {contract_path} sha256 {entry.sha256} differs from the "

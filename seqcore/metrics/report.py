@@ -12,6 +12,7 @@ from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.metrics.evaluation import Evaluation
 from seqcore.metrics.failures import KINDS
+from seqcore.signature import parse_signature
 
 #: (metrics.json key, what it is divided by) for the headline table.
 _HEADLINE = (
@@ -72,7 +73,7 @@ def _interval_note(metrics: dict[str, Any]) -> list[str]:
     sig = metrics.get("interval_signature")
     if not sig:
         return []
-    fields = dict(kv.split(":", 1) for kv in sig.split("|"))
+    fields = parse_signature(sig)
     return ["", f"Intervals: {fields['ci']} % percentile bootstrap, {fields['bs']} resamples "
             f"of the split's row groups (all references of a word move together), seed "
             f"{fields['rs']} (`{sig}`). `python -m pipeline.compare A B` tests a difference "
@@ -91,7 +92,7 @@ def _lead(metrics: dict[str, Any]) -> list[str]:
             ("PER (phoneme/token error rate)", "token_error_rate"),
             ("PER against the closest reference of the group", "token_error_rate_multi_ref"),
             (f"perplexity ({split}, teacher-forced, per target token)", f"{split}_perplexity"))
-    ci = dict(kv.split(":", 1) for kv in metrics.get("interval_signature", "ci:95").split("|"))
+    ci = parse_signature(metrics.get("interval_signature", "ci:95"))
     return ([f"| headline | value | {ci['ci']} % interval |", "|---|---|---|"]
             + [f"| {name} | {fmt(values[k])} | {_interval(metrics, k)} |"
                for name, k in lead if k in values] + _interval_note(metrics))
