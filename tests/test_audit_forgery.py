@@ -77,8 +77,22 @@ def prediction_past_the_first_batch(repo: Path, mp: pytest.MonkeyPatch) -> None:
     rerun_evaluate(repo, mp)
 
 
+def weakened_baseline(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    """The baseline's right answers spoilt, so the model looks better beside it (issue 28)."""
+    def edit(rows: list[dict]) -> list[dict]:
+        for r in rows:
+            if r["hypothesis"] == r["reference"]:
+                r["hypothesis"] += " AH"
+                r["pieces"].append("AH")
+        return rows
+    rewrite_jsonl(repo / "baseline/test.jsonl", edit)
+    rerun_evaluate(repo, mp)
+
+
 def dropped_rows(repo: Path, mp: pytest.MonkeyPatch) -> None:
-    rewrite_jsonl(repo / "predictions/test.jsonl", lambda rows: rows[:-5])
+    # from the baseline's predictions too: evaluate compares the two on the same rows
+    for rel in ("predictions/test.jsonl", "baseline/test.jsonl"):
+        rewrite_jsonl(repo / rel, lambda rows: rows[:-5])
     rerun_evaluate(repo, mp)
 
 
@@ -101,6 +115,10 @@ def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
     assert wrong
     rewrite_jsonl(repo / "data/encoded/test.jsonl", encoded)
     rewrite_jsonl(repo / "predictions/test.jsonl", predicted)
+    # the baseline, redone from the forged rows, agrees: only the tokenizer's redo sees it
+    rewrite_jsonl(repo / "baseline/test.jsonl", lambda rows: [
+        {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r
+        for r in rows])
     rerun_evaluate(repo, mp)
 
 
@@ -151,7 +169,9 @@ def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
 FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
     "a prediction past the first batch": (prediction_past_the_first_batch, {"decode redone"},
                                           "predictions/test.jsonl: line 20: field hypothesis"),
-    "dropped rows": (dropped_rows, {"counts", "decode redone"},
+    "a weakened baseline": (weakened_baseline, {"baseline redone"},
+                            "baseline/test.jsonl: line"),
+    "dropped rows": (dropped_rows, {"counts", "decode redone", "baseline redone"},
                      "count: predictions/test.jsonl lines has 19, data/encoded/test.jsonl "
                      "lines has 24"),
     "rewritten references": (rewritten_references, {"tokenizer redone"},

@@ -21,7 +21,7 @@ import yaml
 from tests.factories import REPO
 from tests.pipeline_helpers import CODE_ROOTS, TINY_PARAMS, copy_repo, import_closure, merge
 
-STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
+STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 
 
 def dvc_stages() -> dict:

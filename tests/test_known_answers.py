@@ -500,6 +500,9 @@ RANGE_TABLE: dict[str, tuple[type, float, bool, float, bool]] = {
     "evaluate.bootstrap_samples": (int, 0, True, 1000000, True),
     "evaluate.bootstrap_seed": (int, 0, True, INF, False),
     "evaluate.confidence": (float, 0, False, 1, False),
+    "baseline.order": (int, 1, True, 20, True),
+    "baseline.seq1_max": (int, 1, True, 8, True),
+    "baseline.seq2_max": (int, 1, True, 8, True),
 }
 #: Lists: where the probed value goes (the last element, so every element is checked).
 LIST_VALUE = {"train.betas": lambda v: [0.9, v], "decode.banned_tokens": lambda v: [v],

@@ -38,7 +38,7 @@ from seqcore.training.checkpoint import load_blob
 from tests.factories import REPO
 from tests.pipeline_helpers import merge, nested
 
-STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
+STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,12 @@ LIVE: dict[str, Live] = {
     "evaluate.bootstrap_samples": Live("evaluate", 50),
     "evaluate.bootstrap_seed": Live("evaluate", 1),
     "evaluate.confidence": Live("evaluate", 0.5),
+    "baseline.kind": Live("baseline", "none"),
+    "baseline.order": Live("baseline", 2),
+    "baseline.seq1_max": Live("baseline", 1),
+    "baseline.seq2_max": Live("baseline", 1),
+    "baseline.seq1_del": Live("baseline", True),
+    "baseline.seq2_del": Live("baseline", False),
 }
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.
@@ -343,6 +349,13 @@ def results(stage: str, cfg: Config) -> dict[str, str]:
         return {"models": models, "encoded": "".join(
             read(Path(p.encoded) / f"{s}.jsonl") for s in ("train", "dev", "test")),
             "rejects": read(Path(p.length_rejects))}
+    if stage == "baseline":
+        record = json.loads(read(Path(p.baseline) / "record.json"))
+        record.pop("signature", None)  # echoes the settings
+        return {"predictions": "".join(read(Path(p.baseline) / f"{s}.jsonl")
+                                       for s in ("dev", "test")),
+                "record": json.dumps(record, sort_keys=True),
+                "rejects": read(Path(p.baseline_rejects))}
     if stage == "train":
 
         metrics = json.loads(read(Path(p.train_metrics)))

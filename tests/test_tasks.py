@@ -47,7 +47,7 @@ def test_every_task_value_of_the_config_has_a_task() -> None:
 
 #: stage -> the method of seqcore.tasks.Task that asks for its piece (named as in the module).
 PIECES = {"prepare": "scored_splits", "tokenizer": "coverage_problems",
-          "train": "training_setup", "decode": "decode", "evaluate": "evaluate"}
+          "baseline": "baseline", "train": "training_setup", "decode": "decode", "evaluate": "evaluate"}
 
 
 @pytest.mark.parametrize("stage", PIECE_STAGES)

@@ -69,7 +69,8 @@ class Headline:
     """``reports/headline.json``: word and token error rates and perplexity.
 
     ``task: lm`` decodes nothing: its headline has the perplexity alone (``error_rates``
-    False, and ``wer``/``per`` are not written).
+    False, and ``wer``/``per`` are not written). With a baseline (issue 28), ``base_wer`` and
+    ``base_per`` are its WER and PER on the same rows, so `dvc exp show` sets them side by side.
     """
 
     SCHEMA_VERSION: ClassVar[int] = UNVERSIONED
@@ -78,12 +79,17 @@ class Headline:
     wer: float | None = None
     per: float | None = None
     error_rates: bool = True
+    base_wer: float | None = None
+    base_per: float | None = None
 
     def save(self, path: str | Path) -> None:
         rates = {"wer": self.wer, "per": self.per} if self.error_rates else {}
-        write_json(path, rates | {"ppl": self.ppl})
+        base = {"base_wer": self.base_wer, "base_per": self.base_per} \
+            if self.base_wer is not None else {}
+        write_json(path, rates | base | {"ppl": self.ppl})
 
     @classmethod
     def load(cls, path: str | Path) -> Headline:
         data = read_versioned(path, "headline", cls.SCHEMA_VERSION)
-        return cls(data.get("ppl"), data.get("wer"), data.get("per"), "wer" in data)
+        return cls(data.get("ppl"), data.get("wer"), data.get("per"), "wer" in data,
+                   data.get("base_wer"), data.get("base_per"))

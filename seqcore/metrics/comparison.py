@@ -82,6 +82,23 @@ def _as_dicts(results: dict[str, PairedResult]) -> dict[str, dict[str, float]]:
     return {k: asdict(v) for k, v in results.items()}
 
 
+def paired_headline(a: list[PredictionRow], b: list[PredictionRow], r: Resampling,
+                    names: tuple[str, ...] = tuple(k for k in METRICS if k != "perplexity")
+                    ) -> dict[str, PairedResult]:
+    """B - A for each headline metric in ``names``, paired by row id (B taken in A's order),
+    with its bootstrap interval and p-values; groups are resampled together.
+
+    Raises:
+        NotComparable: A and B are not the same rows.
+    """
+    check_same_rows(a, b)
+    by_id = {x.id: x for x in b}
+    b = [by_id[x.id] for x in a]
+    groups = [x.group for x in a]
+    return paired(group_sums(row_matrix(row_stats(a)), groups),
+                  group_sums(row_matrix(row_stats(b)), groups), r, list(names))
+
+
 def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,
                  r: Resampling, examples: int = 10) -> dict[str, Any]:
     """The comparison of B against A (differences are B - A).

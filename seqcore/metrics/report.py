@@ -98,6 +98,35 @@ def _lead(metrics: dict[str, Any]) -> list[str]:
                for name, k in lead if k in values] + _interval_note(metrics))
 
 
+#: The baseline table's rows: (name, metrics.json key).
+_VERSUS = (("WER", "word_error_rate"), ("WER, any reference", "word_error_rate_multi_ref"),
+           ("PER", "token_error_rate"), ("PER, closest reference", "token_error_rate_multi_ref"))
+
+
+def _baseline(metrics: dict[str, Any]) -> list[str]:
+    """The model beside the baseline (issue 28): each error rate of both, the difference
+    with its paired-bootstrap interval, and both p-values; nothing without a baseline."""
+    base, versus = metrics.get("baseline"), metrics.get("vs_baseline")
+    if not base or not versus:
+        return []
+    lines = ["", "## Beside the baseline", "",
+             "| metric | model | baseline | model - baseline | interval | p (bootstrap) | "
+             "p (randomization) |", "|---|---|---|---|---|---|---|"]
+    for name, k in _VERSUS:
+        v = versus.get(k)
+        if v is None or base.get(k) is None or v["delta"] is None:
+            continue
+        lines.append(f"| {name} | {fmt(base[k] + v['delta'])} | {fmt(base[k])} | "
+                     f"{fmt(v['delta'])} | "
+                     f"[{fmt(v['low'])}, {fmt(v['high'])}] | {fmt(v['p_bootstrap'])} | "
+                     f"{fmt(v['p_randomization'])} |")
+    lines += ["", f"Baseline `{metrics.get('baseline_signature', '?')}`: trained on the "
+              f"model's {base['train_rows']} train rows ({base['train_rows_left_out']} left out"
+              ", listed in the baseline rejects file), scored by the same code as the model. "
+              "A negative difference favours the model; p < 0.05 is significant at 5 %."]
+    return lines
+
+
 def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
     """Steps, epochs, wall time and the selected checkpoint, as Markdown lines.
 
@@ -168,6 +197,7 @@ def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any
         training: the training summary lines (training_summary()).
     """
     lines = [f"# Evaluation report ({metrics['split']} split)", ""] + _lead(metrics)
+    lines += _baseline(metrics)
     lines += [""] + training + ["", "## Headline", ""]
     lines += _headline(metrics)
     lines += ["", "## By reference length", "",

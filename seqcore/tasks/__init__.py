@@ -2,7 +2,7 @@
 pieces and never branch on its name (STYLE rule 15).
 
 A task is a small package with one module per stage that asks it for something, named after
-that stage: ``<package>.prepare``, ``.tokenizer``, ``.train``, ``.decode``, ``.evaluate``,
+that stage: ``<package>.prepare``, ``.tokenizer``, ``.baseline``, ``.train``, ``.decode``, ``.evaluate``,
 and ``.audit`` for ``pipeline.audit``.
 :class:`Task` imports a stage's module only when that stage asks (importlib, by name), so each
 stage loads only its own piece: prepare and tokenizer never import training, model, decoding
@@ -30,7 +30,7 @@ class TaskError(OneLineError, ValueError):
 
 
 #: The stages that ask a task for a piece; a task's package has one module per stage.
-PIECE_STAGES = ("prepare", "tokenizer", "train", "decode", "evaluate")
+PIECE_STAGES = ("prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,16 @@ class Task:
         """tokenizer: one sentence per coverage figure (``seqcore.data.coverage.SplitCoverage``
         by split) too poor to train on (none: go on)."""
         return self.piece("tokenizer").coverage_problems(cfg, coverage)
+
+    def baseline(self, cfg: Config, io: Any) -> None:
+        """baseline: train the classic baseline on the train rows and write its predictions
+        for dev and test, or a record saying why there is none.
+
+        Raises:
+            TaskError, seqcore.baselines.phonetisaurus.BaselineError: the stage prints the
+                message and stops.
+        """
+        self.piece("baseline").baseline(cfg, io)
 
     def training_setup(self, cfg: Config, io: Any, device: Any, world: Any) -> Any:
         """train: read the declared inputs and build the model, feed and training contract

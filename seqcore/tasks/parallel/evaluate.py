@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.coverage import Coverage
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
-from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.artifacts.train_metrics import TrainMetrics
@@ -23,6 +24,7 @@ from seqcore.data.examples import read_examples
 from seqcore.determinism import set_determinism
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics import plots
+from seqcore.metrics.comparison import NotComparable, paired_headline
 from seqcore.metrics.evaluation import (
     EvalSpec, Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics,
     teacher_metrics)
@@ -31,6 +33,7 @@ from seqcore.metrics.recompute import eval_spec as spec_of
 from seqcore.metrics.recompute import resampling
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
+from seqcore.tasks import TaskError
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.training.distributed import checkpoint_folder_name
 
@@ -63,7 +66,7 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
                "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result),
-               **interval_metrics(cfg, result)}
+               **interval_metrics(cfg, result), **baseline_metrics(cfg, rows)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header, io)
     return Evaluated(metrics, sig, header, pred_path, tc)
@@ -81,6 +84,44 @@ def interval_metrics(cfg: Config, result: Evaluation) -> dict[str, Any]:
             "interval_signature": resampling(cfg).signature("group")}
 
 
+#: The baseline's figures beside the model's in metrics.json (``baseline.*``) and compared
+#: with them (``vs_baseline.*``): the error rates a G2P result is judged by.
+BASELINE_METRICS = ("word_error_rate", "word_error_rate_multi_ref", "token_error_rate",
+                    "token_error_rate_multi_ref", "exact_match", "char_error_rate")
+
+
+def baseline_metrics(cfg: Config, rows: list[PredictionRow]) -> dict[str, Any]:
+    """The baseline's predictions of the same split scored by the same code as the model's
+    (``baseline``: its numbers, intervals, train rows and rows left out), and model minus
+    baseline with its paired-bootstrap interval and p-values (``vs_baseline``); nothing when
+    the run has no baseline.
+
+    Raises:
+        TaskError: the baseline's rows are not the model's (a stale baseline folder).
+    """
+    record = BaselineRecord.load(cfg.paths.baseline)
+    if not record.present:
+        return {}
+    path = Path(cfg.paths.baseline) / f"{cfg.decode.split}.jsonl"
+    base = Predictions.load(path).rows
+    try:
+        versus = paired_headline(base, rows, resampling(cfg), BASELINE_METRICS)
+    except NotComparable as err:
+        raise TaskError(f"{path} against the model's predictions: {err}; re-run the baseline "
+                        "stage (dvc repro baseline)") from None
+    scored = evaluate_predictions(base, eval_spec(cfg))  # the model's own scoring path
+    numbers = {k: v for k, v in prediction_metrics(scored).items() if not isinstance(v, str)}
+    numbers["word_error_rate_multi_ref"] = 1.0 - numbers["exact_match_multi_ref"]
+    rejected = sum((record.rejected or {}).values())
+    return {"baseline": numbers | {"interval": scored.intervals, "train_rows": record.train_rows,
+                                   "train_rows_left_out": rejected},
+            "baseline_signature": record.signature,
+            "vs_baseline": {k: {"delta": v.delta, "low": v.low, "high": v.high,
+                                "p_bootstrap": v.p_bootstrap,
+                                "p_randomization": v.p_randomization}
+                            for k, v in versus.items()}}
+
+
 def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
                   header: PredictionsHeader, io: StageIO) -> None:
     """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs)
@@ -90,8 +131,10 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
     Metrics(numbers).save(cfg.paths.metrics)
     Results(texts).save(cfg.paths.results)
     split = metrics["split"]
+    base = metrics.get("baseline") or {}
     Headline(metrics[f"{split}_perplexity"], metrics["word_error_rate"],
-             metrics["token_error_rate"]).save(cfg.paths.headline)
+             metrics["token_error_rate"], base_wer=base.get("word_error_rate"),
+             base_per=base.get("token_error_rate")).save(cfg.paths.headline)
     write_csv(cfg.paths.buckets, result.buckets)
     write_csv(details / "failure_rates.csv", failure_rate_table(result))
     if result.groups:
