@@ -134,7 +134,7 @@ LIVE: dict[str, Live] = {
     "train.eps": Live("train", 1e-3),
     "train.weight_decay": Live("train", 0.1),
     "train.clip_norm": Live("train", 0.01),
-    "train.amp": Live("train", "none"),
+    "train.amp": Live("train", "bf16"),
     "train.max_consecutive_skips": Live(
         "train", 1, {"train.lr": 1e30, "train.max_consecutive_skips": 100}, fails=True),
     "train.eval_every": Live("train", 3),

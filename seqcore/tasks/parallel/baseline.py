@@ -62,6 +62,8 @@ def baseline(cfg: Config, io: StageIO) -> None:
         write_rejects(Path(cfg.paths.baseline_rejects), [])
         io.note(f"skipped: {why}")
         return
+    io.note(f"training Phonetisaurus on {len(train):,} train rows (EM alignment, then an "
+            f"order-{cfg.baseline.order} joint n-gram; about 2 CPU-minutes for CMUdict)")
     with tempfile.TemporaryDirectory(prefix="seqcore-baseline-") as tmp:
         trained = ps.train([ps.LexiconRow(e.id, e.source, e.target) for e in train],
                            Path(tmp), cfg.baseline)
