@@ -162,7 +162,28 @@ def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
     art, lock_sha = artifact_diffs(run, uri, record, lock)
     diffs += [f"run {rid} {d}" for d in art]
     diffs += [f"run {rid} {d}" for d in tag_diffs(record, run.data.tags, lock_sha)]
+    diffs += [f"run {rid} {d}" for d in dataset_diffs(run, record)]
     return diffs + claimant_diffs(client, run, finals)
+
+
+def dataset_diffs(run: Any, record: RunRecord) -> list[str]:
+    """The run's dataset inputs against the record's (pipeline/lineage.py): the same names,
+    each with the digest (DVC's md5 of the prepared split), source, profile and context."""
+    got = {}
+    for entry in run.inputs.dataset_inputs if run.inputs else []:
+        d = entry.dataset
+        context = next((t.value for t in entry.tags if t.key == "mlflow.data.context"), None)
+        got[d.name] = {"name": d.name, "digest": d.digest, "source_type": d.source_type,
+                       "source": d.source, "profile": d.profile, "context": context}
+    want = {d["name"]: d for d in record.datasets or []}
+    diffs = [f"dataset {n}: {RUN} has it, the pipeline logs no such dataset"
+             for n in sorted(set(got) - set(want))]
+    diffs += [f"dataset {n}: {PIPELINE} has it (digest {want[n]['digest']}), {RUN} has nothing"
+              for n in sorted(set(want) - set(got))]
+    for name in sorted(set(want) & set(got)):
+        diffs += [f"dataset {name}: {k}: {RUN} has {got[name][k]!r}, {PIPELINE} has {v!r}"
+                  for k, v in want[name].items() if got[name].get(k) != v]
+    return diffs
 
 
 def claimant_diffs(client: Any, run: Any, finals: dict[str, float]) -> list[str]:

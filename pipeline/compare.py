@@ -1,7 +1,8 @@
 """``python -m pipeline.compare A B``: is B better than A, or is the difference noise?
 
-A and B each name a result: a predictions file (``predictions/test.jsonl``), a folder holding
-one (a repository, a copy of one, or ``predictions/`` itself), a git revision or `dvc exp`
+A and B each name a result: a predictions file (``predictions/test.jsonl``, or the baseline's
+``baseline/test.jsonl``), a folder holding one (a repository, a copy of one, ``predictions/``
+or ``baseline/`` itself), a git revision or `dvc exp`
 name of this repository (the file is read through DVC: the cache or the remote), or an MLflow
 run id of the configured store (its `dvc exp` name or git commit, then as a revision). Both
 must hold the same rows of the same split (ids, sources and references) of the same data.
@@ -115,10 +116,13 @@ def find_result(name: str, cfg: Config) -> Result:
 
 
 def check_same_data(a: Result, b: Result) -> None:
-    """Stop unless both were decoded from the same data (the contract's data hash)."""
+    """Stop unless both were decoded from the same data (the contract's data hash). A side
+    without one (the baseline's predictions, ``baseline/<split>.jsonl``, are signed by the
+    baseline signature) is checked by its rows alone (compare_rows: ids, sources,
+    references)."""
     da = parse_signature(a.header.signature or "").get("data")
     db = parse_signature(b.header.signature or "").get("data")
-    if da != db:
+    if da is not None and db is not None and da != db:
         raise NotComparable(f"not the same evaluation set: A was decoded from data {da}, "
                             f"B from data {db} (the contract signatures' data field)")
 

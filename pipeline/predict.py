@@ -1,6 +1,7 @@
 """Pronounce new words (or map any new source) with the trained model under its contract.
 
     python -m pipeline.predict cat dog        # or: echo cat | python -m pipeline.predict
+    python -m pipeline.predict --file words.txt > pronunciations.tsv
 
 Prints ``input<TAB>output`` per decodable line on stdout. A line that is empty, holds text the
 source tokenizer does not know, or is longer than the model was trained for, and an output
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
@@ -39,6 +41,8 @@ def output_problem(tokens: list[int], eos: bool, unk: int, max_len: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("inputs", nargs="*", help="inputs (default: one per line of stdin)")
+    parser.add_argument("-f", "--file", default=None,
+                        help="read the inputs from this file, one per line (UTF-8)")
     parser.add_argument("--params", default="params.yaml", help="params file (default %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also print the contract signature the model was trained under")
@@ -48,10 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"[predict] {err}", file=sys.stderr)
         return 2
-    lines = args.inputs or stdin_lines()
+    if args.file is not None and args.inputs:
+        print("[predict] give inputs as arguments or with --file, not both", file=sys.stderr)
+        return 2
+    try:
+        lines = args.inputs or (split_lines(Path(args.file).read_bytes()) if args.file
+                                else split_lines(sys.stdin.buffer.read()))
+    except OSError as err:
+        print(f"[predict] --file {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
     if not lines:
-        print("[predict] no input: give inputs as arguments or one per line on stdin",
-              file=sys.stderr)
+        print("[predict] no input: give inputs as arguments, with --file, or one per line on "
+              "stdin", file=sys.stderr)
         return 2
     try:  # a missing, corrupt or refused model or tokenizer: one line, exit 1
         saved = ModelFile.load(cfg.paths.model)
@@ -82,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     return report(checked, answers)
 
 
-def stdin_lines() -> list[str | bytes]:
-    """Standard input, one entry per line: the text, or the raw bytes of a line that is not
-    valid UTF-8 (answered with its own error line; the other lines still get answers)."""
+def split_lines(data: bytes) -> list[str | bytes]:
+    """Standard input or a file, one entry per line: the text, or the raw bytes of a line
+    that is not valid UTF-8 (answered with its own error line; the other lines still get
+    answers)."""
     out: list[str | bytes] = []
-    for raw in sys.stdin.buffer.read().splitlines():
+    for raw in data.splitlines():
         try:
             out.append(raw.decode("utf-8"))
         except UnicodeDecodeError:

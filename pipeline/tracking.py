@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.dvc_lock import upstream_lock_digest
+from pipeline.lineage import dataset_inputs
 from seqcore import __version__
 from seqcore.artifacts.manifests import PreparedManifest, manifest_path
 from seqcore.artifacts.predictions import PredictionsHeader
@@ -291,7 +292,8 @@ def new_record(cfg: Config, run_name: str, params: dict[str, Any], metrics: dict
                images: dict[str, str] | None = None) -> RunRecord:
     """The one record builder: the store, experiment and training curve come from ``cfg``."""
     return RunRecord(tracking_uri(cfg.mlflow.tracking_uri), experiment_name(cfg), run_name,
-                     params, metrics, train_curve(Path(cfg.paths.train_log)), tags, texts, images)
+                     params, metrics, train_curve(Path(cfg.paths.train_log)), tags, texts, images,
+                     dataset_inputs(cfg))
 
 
 def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: PredictionsHeader,
@@ -345,6 +347,8 @@ def log_run(record: RunRecord) -> str:
     tags = [RunTag(k, str(v)) for k, v in sorted(record.tags.items())]
     for i in range(0, len(tags), MAX_TAGS_PER_BATCH):
         client.log_batch(rid, tags=tags[i : i + MAX_TAGS_PER_BATCH])
+    if record.datasets:
+        client.log_inputs(rid, datasets=dataset_entities(record.datasets))
     for name, text in sorted(record.texts.items()):
         client.log_text(rid, text, name)
     with tempfile.TemporaryDirectory() as tmp:
@@ -354,6 +358,15 @@ def log_run(record: RunRecord) -> str:
             client.log_artifact(rid, str(local), str(Path(name).parent))
     client.set_terminated(rid)
     return rid
+
+
+def dataset_entities(datasets: list[dict[str, str]]) -> list[Any]:
+    """MLflow DatasetInputs of a record's datasets, each tagged with its context."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag  # noqa: PLC0415
+
+    return [DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"],
+                                 profile=d["profile"]),
+                         [InputTag("mlflow.data.context", d["context"])]) for d in datasets]
 
 
 @contextlib.contextmanager

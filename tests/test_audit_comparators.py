@@ -24,7 +24,7 @@ import torch
 
 from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
 from pipeline.audit_rederive import training_diffs
-from pipeline.tracking import read_yaml12
+from pipeline.tracking import dataset_entities, read_yaml12
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.reports import Results
 from seqcore.artifacts.run_record import RunRecord
@@ -300,7 +300,12 @@ RECORD = RunRecord(
     tags={"contract.signature": "g2p|data:ab|v:1", "env.python": "3.11.9",
           "dvc.lock.sha256": sha(LOCK.encode())},
     texts={"predictions/test.tsv": PREDICTIONS, "dvc.lock": LOCK},
-    images={"plots/loss.png": base64.b64encode(PLOT).decode()})
+    images={"plots/loss.png": base64.b64encode(PLOT).decode()},
+    datasets=[{"name": f"cmudict-{split}", "digest": f"{i}" * 32, "source_type": "dvc",
+               "source": f'{{"path": "data/prepared/{split}.jsonl"}}',
+               "profile": f'{{"rows": {100 + i}}}', "context": context}
+              for i, (split, context) in enumerate((("train", "training"),
+                                                    ("test", "testing")))])
 
 
 @dataclass
@@ -322,6 +327,8 @@ class LoggedRun:
     artifacts: dict[str, bytes] = field(default_factory=lambda: {
         "predictions/test.tsv": PREDICTIONS.encode(), "dvc.lock": LOCK.encode(),
         "plots/loss.png": PLOT})
+    datasets: list[dict[str, str]] = field(default_factory=lambda: [
+        dict(d) for d in RECORD.datasets or []])
 
 
 def audit_run(logged: LoggedRun, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -345,6 +352,8 @@ def audit_run(logged: LoggedRun, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> 
         client.set_tag(run_id, key, value)
     write_tree(tmp / "logged", logged.artifacts)
     client.log_artifacts(run_id, str(tmp / "logged"))
+    if logged.datasets:
+        client.log_inputs(run_id, datasets=dataset_entities(logged.datasets))
     client.set_terminated(run_id)
     cfg = config_from_dict({"paths": {"mlflow_pending": str(tmp / "pending.json")},
                             "mlflow": {"tracking_uri": uri}})
@@ -389,6 +398,16 @@ ONE_RUN_DIFFERENCE = [
      f"{sha(PLOT_FORGED)} ({len(PLOT_FORGED)} bytes), file sha256 {sha(PLOT)} ({len(PLOT)} bytes)"),
     ("extra-artifact", _set("artifacts", "notes.txt", b"x\n"),
      "run r1 artifact notes.txt: mlflow run has it, the pipeline logs no such file"),
+    # issue 29: the Datasets column, tied to DVC's md5 of each prepared split
+    ("dataset-digest", lambda run: run.datasets[0].__setitem__("digest", "f" * 32),
+     f"run r1 dataset cmudict-train: digest: mlflow run has '{'f' * 32}', pipeline record "
+     f"has '{'0' * 32}'"),
+    ("dataset-missing", lambda run: run.datasets.pop(),
+     f"run r1 dataset cmudict-test: pipeline record has it (digest {'1' * 32}), mlflow run "
+     "has nothing"),
+    ("dataset-context", lambda run: run.datasets[1].__setitem__("context", "training"),
+     "run r1 dataset cmudict-test: context: mlflow run has 'training', pipeline record has "
+     "'testing'"),
 ]
 
 

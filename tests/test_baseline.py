@@ -17,6 +17,7 @@ from seqcore.baselines import phonetisaurus as ps
 from seqcore.config import BaselineConfig, ConfigError, config_from_dict, load_config
 from seqcore.data.examples import Example
 from seqcore.tasks.parallel.baseline import skip_reason
+from tests.pipeline_helpers import run_stage
 
 #: A lexicon small enough to read: consonant-vowel-consonant words of two vowels.
 WORDS = [("cat", "K AE T"), ("bat", "B AE T"), ("cab", "K AE B"), ("tab", "T AE B"),
@@ -163,3 +164,54 @@ def test_the_baseline_is_scored_by_the_same_code_as_the_model(
     assert all(v["delta"] == 0 and v["p_bootstrap"] == 1 for v in same["vs_baseline"].values())
     assert versus["word_error_rate"]["delta"] == metrics["word_error_rate"] - \
         base["word_error_rate"]
+
+
+def user_data(work: Path, rows: list[str]) -> None:
+    """The user's TSV in data/external/, fetched, prepared and tokenized (all rows train)."""
+    (work / "data/external").mkdir(parents=True, exist_ok=True)
+    (work / "data/external/user.tsv").write_text("".join(r + "\n" for r in rows))
+    for stage in ("fetch", "prepare", "tokenizer"):
+        res = run_stage(work, stage, SPLITS)
+        assert res.returncode == 0, res.stderr
+
+
+SPLITS = {"data": {"dev_fraction": 0.2, "test_fraction": 0.2, "min_split_rows": 1},
+          "sequence": {"max_src_len": 32, "max_tgt_len": 32, "overlong": "drop"},
+          # the UNK guard is the tokenizer's business: these rows are about the baseline
+          "tokenizer": {"max_unk_rate": 1.0}, "baseline": {"order": 3}}
+
+
+@pytest.mark.slow
+def test_unalignable_rows_above_the_reject_rate_stop_the_stage_after_listing_them(
+        tmp_path: Path) -> None:
+    # 100 word pairs; every tenth is a one-letter word read as three symbols (an acronym
+    # letter), which no alignment with 2-symbol chunks and no letter deletion can cover
+    letters = "dfghjmpqrs"
+    rows = [f"{letters[i // 10]}\tEH K S" if i % 10 == 0 else
+            f"ab{'c' * (i % 4)}{i}\tAE B {'K ' * (i % 4)}N{i % 9}" for i in range(100)]
+    user_data(tmp_path, rows)
+    res = run_stage(tmp_path, "baseline", SPLITS)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("[baseline] baseline: ") and "could not be aligned, above " \
+        "data.max_reject_rate (0.05); see reports/baseline_rejects.tsv (first: target longer " \
+        "than baseline.seq2_max x source" in last, last
+    rejects = (tmp_path / "reports/baseline_rejects.tsv").read_text().splitlines()[1:]
+    # every one listed, with its text (source TAB target, the TAB escaped)
+    assert rejects and all(r.split("\t")[4][0] in letters and r.endswith("\\tEH K S")
+                           for r in rejects)
+    res = run_stage(tmp_path, "baseline", SPLITS | {"data": {**SPLITS["data"],
+                                                             "max_reject_rate": 0.2}})
+    assert res.returncode == 0, res.stderr
+    record = BaselineRecord.load(tmp_path / "baseline")
+    assert record.present and sum((record.rejected or {}).values()) == len(rejects)
+
+
+@pytest.mark.slow
+def test_sentence_pairs_under_auto_skip_the_baseline_saying_why(tmp_path: Path) -> None:
+    user_data(tmp_path, [f"the cat {i}\tle chat {i}" for i in range(30)])
+    res = run_stage(tmp_path, "baseline", SPLITS)
+    assert res.returncode == 0, res.stderr
+    assert "[baseline] skipped: baseline.kind is auto and " in res.stderr
+    assert not BaselineRecord.load(tmp_path / "baseline").present
+    assert not (tmp_path / "baseline/test.jsonl").exists()

@@ -91,6 +91,24 @@ def test_the_same_result_twice_differs_by_zero_with_p_one(
            "1.0000 |" in out
 
 
+def test_the_baseline_folder_compares_with_a_model_on_the_same_rows(
+        tmp_path: Path, params: Path, capsys: pytest.CaptureFixture) -> None:
+    # baseline/test.jsonl is signed by the baseline signature (no contract data field): the
+    # rows themselves (ids, sources, references) are the check
+    base = tmp_path / "baseline"
+    base.mkdir()
+    Predictions(rows(60, 45)).save(base / "test.jsonl")
+    PredictionsHeader({"kind": "phonetisaurus"}, "0" * 64, 60,
+                      "baseline:phonetisaurus|version:0.3.2|order:8").save(base / "test.jsonl")
+    model = write(tmp_path / "model", rows(60, 30))
+    code, out, _ = run(capsys, str(base), str(model), "--params", str(params))
+    assert code == 0, out
+    assert "| word_error_rate | 0.2500 | 0.5000 | 0.2500 |" in out
+    other = write(tmp_path / "other", rows(59, 30))
+    code, _, err = run(capsys, str(base), str(other), "--params", str(params))
+    assert code == 2 and "1 row id(s) only in A (first '00059')" in err
+
+
 def test_rows_of_another_evaluation_set_are_refused() -> None:
     with pytest.raises(NotComparable, match=r"1 row id\(s\) only in A \(first '00002'\), 1 only"
                                             r" in B \(first 'x00000'\)"):

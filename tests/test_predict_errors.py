@@ -105,3 +105,27 @@ def test_predict_is_quiet_on_success_and_names_what_it_knows_when_it_refuses(
     assert err.startswith("[predict] line 1 'a%c': not in the source vocabulary: '%' (known: "), err
     assert err.rstrip().endswith(" pieces))") and " a b " in err, err
 
+
+
+def test_inputs_from_a_file_are_answered_line_by_line_as_from_stdin(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    words = tmp_path / "words.txt"
+    words.write_bytes(b"cat\na%c\n" + "caf\u00e9".encode("cp1252") + b"\ndog\n")
+    from_file = run(repo, monkeypatch, capsys, b"", "--file", str(words))
+    from_stdin = run(repo, monkeypatch, capsys, words.read_bytes())
+    assert from_file == from_stdin and from_file[0] == 1
+    assert "[predict] line 2 'a%c': not in the source vocabulary" in from_file[2]
+    assert "[predict] line 3 'caf\\\\xe9': not valid UTF-8" in from_file[2]
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (("--file", "absent.txt"), "[predict] --file absent.txt: No such file or directory"),
+    (("--file", "words.txt", "cat"), "[predict] give inputs as arguments or with --file, "
+                                     "not both"),
+])
+def test_a_bad_input_file_argument_is_one_line_with_status_2(
+        argv: tuple[str, ...], want: str, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(repo, monkeypatch, capsys, b"", *argv)
+    assert (code, out, err) == (2, "", want + "\n")

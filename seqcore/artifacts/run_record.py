@@ -26,6 +26,8 @@ class RunRecord:
         steps: (metric, step, value) rows of the training log.
         texts: artifact name -> text (kept here so a replay logs the same bytes).
         images: artifact name -> base64 PNG; None (not written) for a run without plots.
+        datasets: the run's dataset inputs (pipeline/lineage.py: name, digest, source_type,
+            source, profile, context); None (not written) in a record made before them.
     """
 
     #: Records carry no version field (bytes kept); a missing one reads as version 1.
@@ -40,11 +42,11 @@ class RunRecord:
     tags: dict[str, str]
     texts: dict[str, str]
     images: dict[str, str] | None = None
+    datasets: list[dict[str, str]] | None = None
 
     def as_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        return out if self.images is not None else {k: v for k, v in out.items()
-                                                    if k != "images"}
+        return {k: v for k, v in asdict(self).items()
+                if v is not None or k not in ("images", "datasets")}
 
     @classmethod
     def save_all(cls, path: str | Path, records: list[RunRecord]) -> None:

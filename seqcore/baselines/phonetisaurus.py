@@ -235,9 +235,9 @@ def convert(fst: Path, words: list[str]) -> dict[str, Conversion]:
 
 
 def signature(s: BaselineConfig, lexicon_sha256: str) -> str:
-    """``baseline|tool:phonetisaurus|version:..|order:..|...|train:<sha256[:12]>`` (sacrebleu
-    style): what the baseline's numbers were made with."""
+    """``baseline:phonetisaurus|version:..|order:..|...|train:<sha256[:12]>`` (sacrebleu
+    style, every field ``key:value``): what the baseline's numbers were made with."""
     yes = {True: "yes", False: "no"}
-    return (f"baseline|tool:phonetisaurus|version:{version()}|order:{s.order}"
+    return (f"baseline:phonetisaurus|version:{version()}|order:{s.order}"
             f"|s1max:{s.seq1_max}|s2max:{s.seq2_max}|s1del:{yes[s.seq1_del]}"
             f"|s2del:{yes[s.seq2_del]}|beam:{BEAM}|train:{lexicon_sha256[:12]}")

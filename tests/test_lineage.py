@@ -1,0 +1,45 @@
+"""Dataset lineage in MLflow (issue 29, item 3): each run's Datasets are the prepared splits,
+each with the md5 DVC records for it, so a run found in the UI names its data by DVC hash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+
+def dvc_file_md5s(repo: Path, out: str) -> dict[str, str]:
+    """relpath -> md5 of each file of the folder ``out``, from the `.dir` listing in DVC's
+    cache that dvc.lock points to."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    entry = next(o for s in lock["stages"].values() for o in s.get("outs", [])
+                 if o["path"] == out)
+    dir_md5 = entry["md5"]
+    listing = repo / ".dvc/cache/files/md5" / dir_md5[:2] / dir_md5[2:]
+    return {f["relpath"]: f["md5"] for f in json.loads(listing.read_text())}
+
+
+def test_each_run_lists_the_prepared_splits_with_their_dvc_md5(
+        audit_result: tuple[Path, str]) -> None:
+    repo = audit_result[0]
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
+    got = {i.dataset.name: (i.dataset.digest, {t.key: t.value for t in i.tags},
+                            json.loads(i.dataset.source), json.loads(i.dataset.profile))
+           for i in run.inputs.dataset_inputs}
+    md5 = dvc_file_md5s(repo, "data/prepared")
+    manifest = json.loads((repo / "data/prepared/manifest.json").read_text())
+    assert sorted(got) == ["cmudict-dev", "cmudict-test", "cmudict-train"]
+    for split, context in (("train", "training"), ("dev", "validation"), ("test", "testing")):
+        digest, tags, source, profile = got[f"cmudict-{split}"]
+        assert digest == md5[f"{split}.jsonl"]
+        assert tags == {"mlflow.data.context": context}
+        assert source == {"path": f"data/prepared/{split}.jsonl", "raw": "data/raw/cmudict.dict",
+                          "raw_sha256": manifest["raw"]["sha256"], "data.source": "cmudict"}
+        assert profile == {"rows": manifest["rows"][split], "groups": manifest["groups"][split]}
