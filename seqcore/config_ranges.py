@@ -77,6 +77,7 @@ RANGES: dict[str, str] = {
     "decode.seed": "[0, inf)",
     "decode.batch_size": "[1, inf)",
     "decode.banned_tokens": "[0, inf)",
+    "decode.rescore_weight": "[0, 1]",
     "evaluate.bucket_edges": "[1, inf)",
     "evaluate.repeat_ngram": "[1, inf)",
     "evaluate.repeat_times": "[2, inf)",
@@ -88,6 +89,7 @@ RANGES: dict[str, str] = {
     "baseline.order": "[1, 20]",  # estimate-ngram's range in practice; 8 is the recipe
     "baseline.seq1_max": "[1, 8]",
     "baseline.seq2_max": "[1, 8]",
+    "baseline.nbest": "[1, 100]",
 }
 
 _INTERVAL = re.compile(r"^([\[(])(-?[\d.e+-]+|-inf), *(-?[\d.e+-]+|inf)([\])])$")

@@ -35,14 +35,23 @@ def test_unseen_words_are_composed_from_the_aligned_letters(tmp_path: Path) -> N
     assert trained.rejected == [] and trained.rows == len(WORDS)
     got = ps.convert(trained.fst, ["bick", "kat", "cat", "cat"])
     # "bick" was never seen: b->B, i->IH, ck->K, each learnt from other words
-    assert {w: c.target for w, c in got.items()} == {"bick": "B IH K", "kat": "K AE T",
-                                                      "cat": "K AE T"}
-    assert all(c.log_prob < 0 for c in got.values())
+    assert {w: c[0].target for w, c in got.items()} == {"bick": "B IH K", "kat": "K AE T",
+                                                         "cat": "K AE T"}
+    assert all(len(c) == 1 and c[0].log_prob < 0 for c in got.values())
+
+
+def test_the_nbest_list_is_distinct_pronunciations_best_first(tmp_path: Path) -> None:
+    trained = ps.train(lexicon(WORDS), tmp_path, LOW_ORDER)
+    (got,) = ps.convert(trained.fst, ["bick"], nbest=5).values()
+    targets = [c.target for c in got]
+    assert targets[0] == "B IH K" and 1 < len(targets) <= 5
+    assert len(set(targets)) == len(targets)  # two alignments of one spelling count once
+    assert [c.log_prob for c in got] == sorted((c.log_prob for c in got), reverse=True)
 
 
 def test_a_word_of_unseen_letters_gets_an_empty_pronunciation(tmp_path: Path) -> None:
     trained = ps.train(lexicon(WORDS), tmp_path, LOW_ORDER)
-    assert ps.convert(trained.fst, ["zzz"])["zzz"].target == ""  # evaluate counts it as empty
+    assert [c.target for c in ps.convert(trained.fst, ["zzz"])["zzz"]] == [""]  # evaluate counts it as empty
 
 
 def test_training_twice_gives_the_same_model_bytes(tmp_path: Path) -> None:
@@ -125,7 +134,8 @@ def test_auto_trains_for_g2p_and_for_word_pairs_and_skips_sentences() -> None:
                                "data": {"source": "tsv", "path": "x.tsv"},
                                "paths": {"raw": "data/raw/x.tsv"}})
     assert skip_reason(forced, sentences) is None
-    assert skip_reason(config_from_dict({"baseline": {"kind": "none"}}), words) == \
+    assert skip_reason(config_from_dict({"baseline": {"kind": "none"},
+                                         "decode": {"rescore": "none"}}), words) == \
         "baseline.kind is none"
 
 

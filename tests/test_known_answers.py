@@ -503,6 +503,8 @@ RANGE_TABLE: dict[str, tuple[type, float, bool, float, bool]] = {
     "baseline.order": (int, 1, True, 20, True),
     "baseline.seq1_max": (int, 1, True, 8, True),
     "baseline.seq2_max": (int, 1, True, 8, True),
+    "baseline.nbest": (int, 1, True, 100, True),
+    "decode.rescore_weight": (float, 0, True, 1, True),
 }
 #: Lists: where the probed value goes (the last element, so every element is checked).
 LIST_VALUE = {"train.betas": lambda v: [0.9, v], "decode.banned_tokens": lambda v: [v],

@@ -173,12 +173,15 @@ LIVE: dict[str, Live] = {
     "evaluate.bootstrap_samples": Live("evaluate", 50),
     "evaluate.bootstrap_seed": Live("evaluate", 1),
     "evaluate.confidence": Live("evaluate", 0.5),
-    "baseline.kind": Live("baseline", "none"),
+    "baseline.kind": Live("baseline", "none", {"decode.rescore": "none"}),
     "baseline.order": Live("baseline", 2),
     "baseline.seq1_max": Live("baseline", 1),
     "baseline.seq2_max": Live("baseline", 1),
     "baseline.seq1_del": Live("baseline", True),
     "baseline.seq2_del": Live("baseline", False),
+    "baseline.nbest": Live("baseline", 3),
+    "decode.rescore": Live("decode", "none"),
+    "decode.rescore_weight": Live("decode", 1.0, {"decode.rescore": "baseline"}),
 }
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.

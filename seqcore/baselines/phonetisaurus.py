@@ -216,22 +216,23 @@ def train(rows: list[LexiconRow], workdir: Path, s: BaselineConfig) -> Trained:
                    hashlib.sha256(lexicon.encode("utf-8")).hexdigest())
 
 
-def convert(fst: Path, words: list[str]) -> dict[str, Conversion]:
-    """The best pronunciation of each distinct word (a word the model has no path for gets
-    an empty target)."""
+def convert(fst: Path, words: list[str], nbest: int = 1) -> dict[str, list[Conversion]]:
+    """The ``nbest`` best distinct pronunciations of each distinct word, best first (a word
+    the model has no path for gets one empty target)."""
     distinct = sorted(set(words))
-    out = {w: Conversion("", float("-inf")) for w in distinct}
+    out: dict[str, list[Conversion]] = {w: [] for w in distinct}
     with tempfile.TemporaryDirectory(prefix="seqcore-g2pfst-") as tmp:
         wordlist = Path(tmp) / "words.txt"
         wordlist.write_text("".join(f"{w}\n" for w in distinct), encoding="utf-8")
         text = run_tool("phonetisaurus-g2pfst", [
-            f"--model={fst}", f"--wordlist={wordlist}", "--nbest=1", f"--beam={BEAM}"])
+            f"--model={fst}", f"--wordlist={wordlist}", f"--nbest={nbest}", f"--beam={BEAM}"])
     for line in text.splitlines():
         word, _, rest = line.partition("\t")
         score, _, target = rest.partition("\t")
-        if word in out and score:
-            out[word] = Conversion(target.strip(), -float(score))
-    return out
+        # two alignments can spell the same pronunciation: the first (best) is kept
+        if word in out and score and all(c.target != target.strip() for c in out[word]):
+            out[word].append(Conversion(target.strip(), -float(score)))
+    return {w: c or [Conversion("", float("-inf"))] for w, c in out.items()}
 
 
 def signature(s: BaselineConfig, lexicon_sha256: str) -> str:
@@ -240,4 +241,5 @@ def signature(s: BaselineConfig, lexicon_sha256: str) -> str:
     yes = {True: "yes", False: "no"}
     return (f"baseline:phonetisaurus|version:{version()}|order:{s.order}"
             f"|s1max:{s.seq1_max}|s2max:{s.seq2_max}|s1del:{yes[s.seq1_del]}"
-            f"|s2del:{yes[s.seq2_del]}|beam:{BEAM}|train:{lexicon_sha256[:12]}")
+            f"|s2del:{yes[s.seq2_del]}|nbest:{s.nbest}|beam:{BEAM}"
+            f"|train:{lexicon_sha256[:12]}")

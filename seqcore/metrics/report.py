@@ -103,9 +103,11 @@ _VERSUS = (("WER", "word_error_rate"), ("WER, any reference", "word_error_rate_m
            ("PER", "token_error_rate"), ("PER, closest reference", "token_error_rate_multi_ref"))
 
 
-def _baseline(metrics: dict[str, Any]) -> list[str]:
+def _baseline(metrics: dict[str, Any], decode: dict[str, Any]) -> list[str]:
     """The model beside the baseline (issue 28): each error rate of both, the difference
-    with its paired-bootstrap interval, and both p-values; nothing without a baseline."""
+    with its paired-bootstrap interval, and both p-values; nothing without a baseline.
+    Outputs rescored with the baseline's n-best (``decode.rescore``) are named as the
+    system combination they are."""
     base, versus = metrics.get("baseline"), metrics.get("vs_baseline")
     if not base or not versus:
         return []
@@ -124,6 +126,11 @@ def _baseline(metrics: dict[str, Any]) -> list[str]:
               f"model's {base['train_rows']} train rows ({base['train_rows_left_out']} left out"
               ", listed in the baseline rejects file), scored by the same code as the model. "
               "A negative difference favours the model; p < 0.05 is significant at 5 %."]
+    if decode.get("rescore") == "baseline":
+        lines += ["", "The model's outputs are a **system combination**: the model rescored "
+                  "the baseline's n-best list together with its own beam "
+                  f"(`decode.rescore: baseline`, weight {decode.get('rescore_weight')} on the "
+                  "baseline's log probability)."]
     return lines
 
 
@@ -200,7 +207,7 @@ def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any
         training: the training summary lines (training_summary()).
     """
     lines = [f"# Evaluation report ({metrics['split']} split)", ""] + _lead(metrics)
-    lines += _baseline(metrics)
+    lines += _baseline(metrics, decode)
     lines += [""] + training + ["", "## Headline", ""]
     lines += _headline(metrics)
     lines += ["", "## By reference length", "",

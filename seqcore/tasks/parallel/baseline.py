@@ -72,7 +72,8 @@ def baseline(cfg: Config, io: StageIO) -> None:
         shutil.copyfile(trained.fst, out / "model.fst")
     sig, fst_sha = ps.signature(cfg.baseline, trained.lexicon_sha256), sha256_file(out / "model.fst")
     for split in SPLITS:
-        rows = predict(out / "model.fst", read_examples(encoded / f"{split}.jsonl"))
+        rows = predict(out / "model.fst", read_examples(encoded / f"{split}.jsonl"),
+                       cfg.baseline.nbest)
         Predictions(rows).save(out / f"{split}.jsonl")
         PredictionsHeader(as_dict(cfg.baseline) | {"kind": "phonetisaurus", "beam": ps.BEAM},
                           fst_sha, len(rows), sig).save(out / f"{split}.jsonl")
@@ -106,19 +107,22 @@ def check_rejected(cfg: Config, trained: ps.Trained, train: list[Example], train
                         f"({limit:g}); see {cfg.paths.baseline_rejects} (first: {first.reason})")
 
 
-def predict(fst: Path, examples: list[Example]) -> list[PredictionRow]:
-    """One predictions row per example, in file order (a word's rows share its conversion).
+def predict(fst: Path, examples: list[Example], nbest: int) -> list[PredictionRow]:
+    """One predictions row per example, in file order (a word's rows share its conversion),
+    with the rest of the ``nbest`` list (decode can rescore it: ``decode.rescore``).
 
     The WFST stops by itself: ``eos`` is True; a word it has no path for gets an empty
     hypothesis, which evaluate counts as an empty output."""
-    conv = ps.convert(fst, [e.source for e in examples])
+    conv = ps.convert(fst, [e.source for e in examples], nbest)
     rows = []
     for e in examples:
-        c = conv[e.source]
-        pieces = c.target.split()
+        best, *rest = conv[e.source]
+        pieces = best.target.split()
         rows.append(PredictionRow(
-            id=e.id, group=e.group, source=e.source, reference=e.target, hypothesis=c.target,
-            tokens=[], pieces=pieces, score=c.log_prob,
-            norm_score=c.log_prob / max(1, len(pieces)), length=len(pieces), eos=True,
-            nbest=[]))
+            id=e.id, group=e.group, source=e.source, reference=e.target,
+            hypothesis=best.target, tokens=[], pieces=pieces, score=best.log_prob,
+            norm_score=best.log_prob / max(1, len(pieces)), length=len(pieces), eos=True,
+            nbest=[{"hypothesis": c.target, "tokens": [], "score": c.log_prob,
+                    "norm_score": c.log_prob / max(1, len(c.target.split())), "eos": True}
+                   for c in rest]))
     return rows

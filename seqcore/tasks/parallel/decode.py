@@ -7,18 +7,60 @@ from pathlib import Path
 import torch
 
 from seqcore.artifacts.model_file import ModelFile
-from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.baseline import BaselineRecord
+from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, as_dict
-from seqcore.data.examples import read_examples
+from seqcore.data.examples import Example, read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
+from seqcore.decoding.rescore import rescore
 from seqcore.determinism import resolve_device, set_determinism
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import StageIO
-from seqcore.tokenizer import load_tokenizers
+from seqcore.models.base import EncoderDecoder
+from seqcore.tokenizer import Tokenizers, load_tokenizers
+
+
+def baseline_rows(cfg: Config) -> tuple[dict[str, PredictionRow] | None, str | None]:
+    """The baseline's rows of ``decode.split`` by id (decode.rescore: baseline), or None and
+    why not: the baseline stage skipped this data (e.g. sentence pairs under
+    ``baseline.kind: auto``), so the model's own outputs stand, as for any ignored setting."""
+    record = BaselineRecord.load(cfg.paths.baseline)
+    if not record.present:
+        return None, (f"decode.rescore = 'baseline' is ignored: the baseline stage skipped "
+                      f"this data ({record.skipped})")
+    path = Path(cfg.paths.baseline) / f"{cfg.decode.split}.jsonl"
+    return {r.id: r for r in Predictions.load(path).rows}, None
+
+
+def rescored(cfg: Config, model: EncoderDecoder, examples: list[Example],
+             rows: list[PredictionRow], toks: Tokenizers,
+             io: StageIO) -> tuple[list[PredictionRow], str | None]:
+    """``rows`` rescored with the baseline's n-best under ``decode.rescore: baseline`` (as
+    they are otherwise), and the note the header keeps when the setting was ignored.
+
+    Raises:
+        TaskError: the baseline's rows do not cover the decoded ones (a stale baseline).
+    """
+    if cfg.decode.rescore != "baseline":
+        return rows, None
+    base, note = baseline_rows(cfg)
+    if base is None:
+        io.note(note or "")
+        return rows, note
+    missing = [r.id for r in rows if r.id not in base]
+    if missing:
+        raise TaskError(f"{cfg.paths.baseline}/{cfg.decode.split}.jsonl lacks {len(missing)} "
+                        f"decoded row(s) (first {missing[0]!r}); re-run the baseline stage")
+    with torch.inference_mode():
+        rows = rescore(model, examples, rows, base, toks.tgt, toks.ids,
+                       cfg.decode.rescore_weight, cfg.decode.batch_size)
+    io.note(f"{len(rows)} rows rescored with the baseline's n-best (decode.rescore_weight "
+            f"{cfg.decode.rescore_weight:g})")
+    return rows, None
 
 
 def decode(cfg: Config, io: StageIO) -> None:
@@ -53,10 +95,11 @@ def decode(cfg: Config, io: StageIO) -> None:
     with torch.inference_mode():
         rows = [row for chunk in io.chunks(examples, bs, "decode")
                 for row in decode_examples(model, list(chunk), decoder, ids, tgt_tok, bs)]
+    rows, note = rescored(cfg, model, examples, rows, toks, io)
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     Predictions(rows).save(out)
     PredictionsHeader(
         as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), len(rows), sig,
         trained_on=meta.trained_on(), tokenizer_sha256=tc.sha256(),
-        environment=producing_environment().as_dict()).save(out)
+        environment=producing_environment().as_dict(), note=note).save(out)
     io.note(f"{len(rows)} {cfg.decode.split} examples -> {out}")

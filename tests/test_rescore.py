@@ -1,0 +1,105 @@
+"""System combination (issue 28): the model rescores the baseline's n-best list. The model's
+log probability of each candidate is checked against the teacher-forced NLL that evaluate
+computes (seqcore.metrics.teacher), and the two ends of the weight against each system's
+own ranking."""
+
+from __future__ import annotations
+
+import pytest
+
+from seqcore.artifacts.baseline import BaselineRecord
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.config import ConfigError, config_from_dict, ignored_settings
+from seqcore.data.examples import Example
+from seqcore.decoding.rescore import Candidate, candidates, model_log_probs, rescore
+from seqcore.metrics.teacher import teacher_forced_stats
+from seqcore.tasks.parallel.decode import baseline_rows
+from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
+from tests.factories import IDS, tiny_model
+
+PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
+
+
+@pytest.fixture(scope="module")
+def tgt_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    path = tmp_path_factory.mktemp("tok") / "tgt.model"
+    return Tokenizer(train_sentencepiece(PHONES * 3, TokenizerSettings("word", 13, 1.0), IDS,
+                                         path))
+
+
+def row(rid: str, best: tuple[str, float], rest: list[tuple[str, float]]) -> PredictionRow:
+    return PredictionRow(rid, rid, "cat", "K AE T", best[0], [], best[0].split(), best[1],
+                         best[1], len(best[0].split()), True,
+                         [{"hypothesis": h, "tokens": [], "score": s, "norm_score": s,
+                           "eos": True} for h, s in rest])
+
+
+def test_the_combined_score_is_log_linear_in_the_baseline_weight() -> None:
+    c = Candidate("K AE T", [4, 5, 6], baseline=-2.0, model=-6.0)
+    assert (c.score(0.0), c.score(1.0), c.score(0.25)) == (-6.0, -2.0, -5.0)
+
+
+def test_candidates_are_the_baseline_list_then_the_model_outputs_it_lacks(
+        tgt_tok: Tokenizer) -> None:
+    base = row("w", ("K AE T", -1.0), [("K AA T", -3.0), ("K AE D", -4.5)])
+    model = row("w", ("G AE T", -0.5), [("K AE T", -0.7)])
+    got = candidates(model, base, tgt_tok, IDS.unk)
+    assert [(c.text, c.baseline) for c in got] == [
+        ("K AE T", -1.0), ("K AA T", -3.0), ("K AE D", -4.5),
+        ("G AE T", -4.5)]  # the model's own output gets the lowest score of the list
+
+
+def test_a_candidate_with_an_unknown_phoneme_is_not_scored(tgt_tok: Tokenizer) -> None:
+    base = row("w", ("K AE T", -1.0), [("ZH OY", -2.0)])
+    assert [c.text for c in candidates(base, base, tgt_tok, IDS.unk)] == ["K AE T"]
+
+
+def test_model_log_probs_are_minus_the_teacher_forced_nll(tgt_tok: Tokenizer) -> None:
+    model = tiny_model(vocab=tgt_tok.vocab_size)
+    pairs = [([5, 6, 7], tgt_tok.encode(p)) for p in PHONES]
+    got = model_log_probs(model, pairs, IDS, batch_size=3)
+    ref = teacher_forced_stats(model, [Example(str(i), "", "", "", s, t, True)
+                                       for i, (s, t) in enumerate(pairs)], IDS, 4)
+    assert got == pytest.approx([-ref[str(i)].nll for i in range(len(pairs))], abs=1e-5)
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_the_ends_of_the_weight_are_each_system_s_own_ranking(
+        tgt_tok: Tokenizer, weight: float) -> None:
+    model = tiny_model(vocab=tgt_tok.vocab_size)
+    examples = [Example(str(i), str(i), "cat", "K AE T", [5, 6, 7 + i], [], True)
+                for i in range(3)]
+    base = {e.id: row(e.id, ("K AA T", -1.0), [("K AE T", -2.0), ("B AE T", -3.0)])
+            for e in examples}
+    model_rows = [row(e.id, ("T AE K", -0.1), []) for e in examples]
+    out = rescore(model, examples, model_rows, base, tgt_tok, IDS, weight, batch_size=2)
+    texts = ["K AA T", "K AE T", "B AE T", "T AE K"]
+    for e, r in zip(examples, out, strict=True):
+        logp = model_log_probs(model, [(e.src, tgt_tok.encode(t)) for t in texts], IDS, 8)
+        want = "K AA T" if weight == 1.0 else texts[max(range(4), key=lambda i: logp[i])]
+        assert r.hypothesis == want and r.eos and len(r.nbest) == 3
+        assert r.tokens == tgt_tok.encode(want) and r.reference == "K AE T"
+        scores = [r.score] + [h["score"] for h in r.nbest]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_rescoring_data_the_baseline_skipped_is_ignored_with_a_note(tmp_path) -> None:
+    folder = tmp_path / "baseline"
+    BaselineRecord("none", skipped="baseline.kind is auto and 3 of 3 train sources contain "
+                   "whitespace").save(folder)
+    cfg = config_from_dict({"task": "parallel", "data": {"source": "tsv", "path": "x.tsv"},
+                            "paths": {"raw": "data/raw/x.tsv", "baseline": str(folder)},
+                            })
+    rows, note = baseline_rows(cfg)
+    assert rows is None and note == (
+        "decode.rescore = 'baseline' is ignored: the baseline stage skipped this data "
+        "(baseline.kind is auto and 3 of 3 train sources contain whitespace)")
+
+
+def test_rescoring_without_a_baseline_is_refused_and_ignored_for_an_lm() -> None:
+    with pytest.raises(ConfigError, match="decode.rescore = 'baseline': needs the baseline's"):
+        config_from_dict({"baseline": {"kind": "none"}, "decode": {"rescore": "baseline"}})
+    lm = config_from_dict({"task": "lm", "model": {"family": "gru"},
+                           "decode": {"rescore": "baseline"}})
+    assert ignored_settings(lm) == ["decode.rescore = 'baseline' is ignored: task lm decodes "
+                                    "nothing"]
