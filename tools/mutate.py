@@ -260,6 +260,20 @@ MUTANTS: list[Mutant] = [
            "      - data.casefold_target",
            "      - data.casefold_target",
            ("tests/test_declared_reads.py", "-k", "params_are_exactly and tokenizer")),
+    # -- the baseline and the system combination (issue 28) --------------------------------
+    Mutant("rescore: the weight on the model's side", "seqcore/decoding/rescore.py",
+           "return (1.0 - weight) * self.model + weight * self.baseline",
+           "return weight * self.model + (1.0 - weight) * self.baseline",
+           ("tests/test_rescore.py",)),
+    Mutant("rescore: the EOS label left out of the model's score", "seqcore/decoding/rescore.py",
+           "out += (picked * valid).sum(1).tolist()",
+           "out += (picked * valid)[:, :-1].sum(1).tolist()",
+           ("tests/test_rescore.py",)),
+    Mutant("baseline: a row the aligner dropped counted as aligned",
+           "seqcore/baselines/phonetisaurus.py",
+           "        if left[r.source, r.target] > 0:",
+           "        if left[r.source, r.target] >= 0:",
+           ("tests/test_baseline.py", "-k", "aligner")),
 ]
 
 
