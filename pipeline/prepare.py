@@ -8,7 +8,7 @@ from pathlib import Path
 from pipeline.stage import load, signature
 from seqcore.artifacts.manifests import PreparedManifest, RawSource, manifest_path
 from seqcore.config import Config, as_dict
-from seqcore.data.prepare import dominant_target, prepare_pairs
+from seqcore.data.prepare import copy_share, dominant_target, prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
@@ -58,6 +58,12 @@ def run(cfg: Config) -> None:
                  f"rows, more than data.max_target_share {d.max_target_share}: a model that "
                  f"always writes it would look trained; check the targets of {label}, or "
                  "raise data.max_target_share")
+    copies = copy_share(train)
+    if copies > d.max_copy_share:
+        sys.exit(f"[prepare] {copies:.1%} of the {len(train)} train rows have a target equal "
+                 f"to their source (spaces and case aside), more than data.max_copy_share "
+                 f"{d.max_copy_share}: a model that copies its input would look trained; check "
+                 f"the columns of {label}, or raise data.max_copy_share")
     out = Path(cfg.paths.prepared)
     out.mkdir(parents=True, exist_ok=True)
     hashes = {}

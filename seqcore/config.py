@@ -107,6 +107,11 @@ class DataConfig:
     # tab, duplicates, ...): a run would silently learn from what is left (issue 31). A guard
     # like max_target_share. CMUdict drops 0.2 % (duplicates).
     max_reject_rate: float = 0.05
+    # prepare stops when more than this share of the train rows has a target equal to its
+    # source (spaces and case aside): a model that copies its input would score as if it had
+    # learned the task (issue 31; e.g. a file whose two columns are one). A guard like
+    # max_target_share; raise it for data that is mostly identity (spelling correction).
+    max_copy_share: float = 0.9
 
 
 @dataclass(frozen=True)

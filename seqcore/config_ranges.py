@@ -20,6 +20,7 @@ RANGES: dict[str, str] = {
     "data.min_split_rows": "[0, inf)",
     "data.max_target_share": "(0, 1]",
     "data.max_reject_rate": "[0, 1]",
+    "data.max_copy_share": "[0, 1]",
     "tokenizer.src_vocab_size": "[5, inf)",  # or auto; 4 special ids and one piece
     "tokenizer.tgt_vocab_size": "[5, inf)",  # or auto
     "tokenizer.max_unk_rate": "[0, 1]",

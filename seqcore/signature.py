@@ -94,7 +94,8 @@ NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
 ADDED_KEYS = {"model.transformer.attention_kernel": "auto"}
 #: Guards: thresholds that decide whether a stage stops and change no output byte, so they
 #: enter no training contract (a raised guard must not make a trained model stale).
-GUARD_KEYS = frozenset({"data.max_target_share", "data.max_reject_rate"})
+GUARD_KEYS = frozenset({"data.max_target_share", "data.max_reject_rate",
+                        "data.max_copy_share"})
 
 
 def guard_fields(section: str) -> frozenset[str]:

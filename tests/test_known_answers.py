@@ -372,7 +372,7 @@ def hand_split(group: str, seed: int, dev: float, test: float) -> str:
 def prepare_config(tmp_path: Path, min_rows: int) -> Config:
     raw = tmp_path / "user.tsv"
     raw.write_text("source\ttarget\tgroup\n" + "".join(
-        f"w{i}\tW {i}\tg{i}\n" for i in range(PREPARE_ROWS)))
+        f"w{i}\tT {i}\tg{i}\n" for i in range(PREPARE_ROWS)))  # not a copy of the source
     out = tmp_path / f"min{min_rows}"
     return config_from_dict({
         "task": "parallel",
@@ -434,6 +434,7 @@ RANGE_TABLE: dict[str, tuple[type, float, bool, float, bool]] = {
     "data.max_pairs": (int, 0, True, INF, False),
     "data.min_split_rows": (int, 0, True, INF, False),
     "data.max_target_share": (float, 0, False, 1, True),
+    "data.max_copy_share": (float, 0, True, 1, True),
     "data.max_reject_rate": (float, 0, True, 1, True),
     "tokenizer.src_vocab_size": (int, 5, True, INF, False),
     "tokenizer.tgt_vocab_size": (int, 5, True, INF, False),

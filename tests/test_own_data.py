@@ -14,7 +14,7 @@ from torch import nn
 from seqcore.config import ConfigError, config_from_dict, experiment_name
 from seqcore.data.coverage import SplitCoverage, UnkStats, coverage_problems
 from seqcore.data.examples import Example, encode_pairs
-from seqcore.data.prepare import dominant_target
+from seqcore.data.prepare import copy_share, dominant_target
 from seqcore.data.inputs import check_source
 from seqcore.data.readers import read_pairs
 from seqcore.data.records import Pair, Reject, write_rejects
@@ -217,7 +217,7 @@ SPLITTING = {"data": {"dev_fraction": 0.3, "test_fraction": 0.3, "min_split_rows
 
 @pytest.mark.slow
 def test_prepare_stops_on_an_empty_test_split_naming_the_fractions(tmp_path: Path) -> None:
-    _user_tsv(tmp_path, [f"w{i}\tW {i}" for i in range(30)])
+    _user_tsv(tmp_path, [f"w{i}\tT {i}" for i in range(30)])
     res = run_stage(tmp_path, "prepare", {"data": {"dev_fraction": 0.3, "test_fraction": 0.0,
                                                    "min_split_rows": 1}})
     assert res.returncode == 1
@@ -295,6 +295,29 @@ def test_one_target_over_max_target_share_of_the_train_rows_stops_prepare_in_one
                     "trained; check the targets of data/external/user.tsv, or raise "
                     "data.max_target_share")
     assert not (tmp_path / "data/prepared/manifest.json").exists()
+
+
+def test_a_target_copying_its_source_is_counted_spaces_and_case_aside() -> None:
+    pairs = [Pair(str(i), s, t, s, i) for i, (s, t) in enumerate(
+        [("cat", "c a t"), ("Dog", "dog"), ("cat", "K AE T"), ("ab", "a b c")])]
+    assert copy_share(pairs) == 0.5
+    assert copy_share([]) == 0.0
+
+
+@pytest.mark.slow
+def test_targets_copying_their_sources_stop_prepare_in_one_line(tmp_path: Path) -> None:
+    # 100 rows whose second column repeats the first (a broken export): a model that copies
+    # its input would score WER 0
+    _user_tsv(tmp_path, [f"word{i:03d}\tword{i:03d}" for i in range(100)])
+    res = run_stage(tmp_path, "prepare")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "[prepare] 100.0% of the 100 train rows have a target equal to their source (spaces "
+        "and case aside), more than data.max_copy_share 0.9: a model that copies its input "
+        "would look trained; check the columns of data/external/user.tsv, or raise "
+        "data.max_copy_share")
+    assert not (tmp_path / "data/prepared/manifest.json").exists()
+    assert run_stage(tmp_path, "prepare", {"data": {"max_copy_share": 1.0}}).returncode == 0
 
 
 @pytest.mark.slow

@@ -192,6 +192,8 @@ NOT_RESULTS: dict[str, str] = {
                    "single-process weights (tests/test_ddp.py); run there, not in-process",
     "decode.device": "where decoding runs; auto and cpu are the same device without a GPU "
                      "(tests/test_cuda.py decodes a CUDA-trained model on the CPU)",
+    "data.max_copy_share": "a guard: stops prepare or passes (no CMUdict row copies its "
+                           "source); its stop is tested in tests/test_own_data.py",
     "tokenizer.max_unk_rate": "a guard: stops the tokenizer stage or passes; its stop is "
                               "tested in tests/test_own_data.py",
     "paths.": "where a file is read or written (templated into dvc.yaml); not what it holds",

@@ -46,6 +46,14 @@ def dominant_target(pairs: list[Pair]) -> tuple[str, float]:
     return target, n / len(pairs)
 
 
+def copy_share(pairs: list[Pair]) -> float:
+    """The share of ``pairs`` whose target is its source, spaces and case aside (``c a t``
+    copies ``Cat``); 0.0 for no pairs."""
+    def bare(text: str) -> str:
+        return "".join(text.split()).casefold()
+    return sum(bare(p.target) == bare(p.source) for p in pairs) / len(pairs) if pairs else 0.0
+
+
 def input_format(source: str) -> Format:
     """The reader format for ``data.source`` (the lm task's ``text`` is not a parallel file)."""
     if source not in ("cmudict", "tsv", "jsonl"):
