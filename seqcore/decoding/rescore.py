@@ -15,7 +15,7 @@ gets the lowest score of its list). ``w = 0`` is the model choosing among both l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -88,11 +88,12 @@ def model_log_probs(model: EncoderDecoder, pairs: list[tuple[list[int], list[int
     return out
 
 
-def rescore(model: EncoderDecoder, examples: list[Example], model_rows: list[PredictionRow],
-            base_rows: dict[str, PredictionRow], tgt_tok: Tokenizer,
-            ids: SpecialIds, weight: float, batch_size: int) -> list[PredictionRow]:
-    """Each model row replaced by the best candidate under ``weight``; the others follow as
-    its n-best list (best first), detokenised by ``tgt_tok`` like the decoder's outputs.
+def scored_candidates(model: EncoderDecoder, examples: list[Example],
+                      model_rows: list[PredictionRow], base_rows: dict[str, PredictionRow],
+                      tgt_tok: Tokenizer, ids: SpecialIds,
+                      batch_size: int) -> list[list[Candidate]]:
+    """Each row's candidates (see :func:`candidates`) with the model's log probability, from
+    one teacher-forced pass over them all; the weight is applied later (:func:`pick`).
 
     Args:
         examples: the decoded examples (their source ids), in the rows' order.
@@ -102,21 +103,33 @@ def rescore(model: EncoderDecoder, examples: list[Example], model_rows: list[Pre
     flat = [(ex.src, c.tokens) for ex, cands in zip(examples, per_row, strict=True)
             for c in cands]
     logps = iter(model_log_probs(model, flat, ids, batch_size))
-    out = []
-    for row, cands in zip(model_rows, per_row, strict=True):
-        scored = sorted((Candidate(c.text, c.tokens, c.baseline, next(logps)) for c in cands),
-                        key=lambda c: -c.score(weight))  # stable: ties keep list order
-        if not scored:
-            out.append(row)  # no candidate the model can score: its own output stands
-            continue
-        best = scored[0]
-        out.append(PredictionRow(
-            id=row.id, group=row.group, source=row.source, reference=row.reference,
-            hypothesis=tgt_tok.decode(best.tokens), tokens=best.tokens,
-            pieces=[tgt_tok.piece(t) for t in best.tokens],
-            score=best.score(weight), norm_score=best.score(weight) / (len(best.tokens) + 1),
-            length=len(best.tokens), eos=True,
-            nbest=[{"hypothesis": tgt_tok.decode(c.tokens), "tokens": c.tokens, "score": c.score(weight),
-                    "norm_score": c.score(weight) / (len(c.tokens) + 1), "eos": True}
-                   for c in scored[1:]]))
-    return out
+    return [[Candidate(c.text, c.tokens, c.baseline, next(logps)) for c in cands]
+            for cands in per_row]
+
+
+def pick(row: PredictionRow, cands: list[Candidate], weight: float,
+         tgt_tok: Tokenizer) -> PredictionRow:
+    """``row`` with the best candidate under ``weight`` as its hypothesis and the others as
+    its n-best list (best first; ties keep list order), detokenised by ``tgt_tok`` like the
+    decoder's outputs; ``row`` itself when no candidate could be scored."""
+    ranked = sorted(cands, key=lambda c: -c.score(weight))
+    if not ranked:
+        return row
+    best = ranked[0]
+    return replace(
+        row, hypothesis=tgt_tok.decode(best.tokens), tokens=best.tokens,
+        pieces=[tgt_tok.piece(t) for t in best.tokens], score=best.score(weight),
+        norm_score=best.score(weight) / (len(best.tokens) + 1), length=len(best.tokens),
+        eos=True,
+        nbest=[{"hypothesis": tgt_tok.decode(c.tokens), "tokens": c.tokens,
+                "score": c.score(weight), "norm_score": c.score(weight) / (len(c.tokens) + 1),
+                "eos": True} for c in ranked[1:]])
+
+
+def rescore(model: EncoderDecoder, examples: list[Example], model_rows: list[PredictionRow],
+            base_rows: dict[str, PredictionRow], tgt_tok: Tokenizer,
+            ids: SpecialIds, weight: float, batch_size: int) -> list[PredictionRow]:
+    """Each model row replaced by its best candidate under ``weight`` (:func:`pick` of
+    :func:`scored_candidates`)."""
+    scored = scored_candidates(model, examples, model_rows, base_rows, tgt_tok, ids, batch_size)
+    return [pick(r, c, weight, tgt_tok) for r, c in zip(model_rows, scored, strict=True)]

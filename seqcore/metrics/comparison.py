@@ -19,6 +19,7 @@ from seqcore.metrics.bootstrap import (
     METRICS, PairedResult, Resampling, group_sums, paired, row_matrix)
 from seqcore.metrics.evaluation import EvalSpec, bucket_index, bucket_label, row_stats
 from seqcore.metrics.failures import KINDS, failure_kinds
+from seqcore.metrics.scores import ErrorStats
 
 
 class NotComparable(ValueError):
@@ -83,20 +84,23 @@ def _as_dicts(results: dict[str, PairedResult]) -> dict[str, dict[str, float]]:
 
 
 def paired_headline(a: list[PredictionRow], b: list[PredictionRow], r: Resampling,
-                    names: tuple[str, ...] = tuple(k for k in METRICS if k != "perplexity")
+                    names: tuple[str, ...] = tuple(k for k in METRICS if k != "perplexity"),
+                    stats: tuple[list[ErrorStats], list[ErrorStats]] | None = None
                     ) -> dict[str, PairedResult]:
     """B - A for each headline metric in ``names``, paired by row id (B taken in A's order),
-    with its bootstrap interval and p-values; groups are resampled together.
+    with its bootstrap interval and p-values; groups are resampled together. ``stats``: the
+    rows' statistics already computed (``Evaluation.stats`` of A and B, in their row order).
 
     Raises:
         NotComparable: A and B are not the same rows.
     """
     check_same_rows(a, b)
-    by_id = {x.id: x for x in b}
-    b = [by_id[x.id] for x in a]
+    stats_a, stats_b = stats or (row_stats(a), row_stats(b))
+    position = {x.id: i for i, x in enumerate(b)}
+    stats_b = [stats_b[position[x.id]] for x in a]  # B in A's row order
     groups = [x.group for x in a]
-    return paired(group_sums(row_matrix(row_stats(a)), groups),
-                  group_sums(row_matrix(row_stats(b)), groups), r, list(names))
+    return paired(group_sums(row_matrix(stats_a), groups),
+                  group_sums(row_matrix(stats_b), groups), r, list(names))
 
 
 def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,

@@ -43,6 +43,8 @@ class Evaluation:
         failures: failure_modes() output (counts, rates, examples, length ratio).
         intervals: the bootstrap interval of each headline metric (seqcore.metrics.bootstrap;
             ``perplexity`` only with teacher-forced statistics), resampling row groups.
+        stats: each row's statistics (row_stats), in row order: a paired comparison with
+            another system reuses them.
     """
 
     headline: dict[str, Any]
@@ -50,6 +52,7 @@ class Evaluation:
     groups: list[dict[str, Any]]
     failures: dict[str, Any]
     intervals: dict[str, dict[str, float]] = field(default_factory=dict)
+    stats: list[ErrorStats] = field(default_factory=list)
 
 
 def bucket_index(length: int, edges: tuple[int, ...]) -> int:
@@ -145,7 +148,7 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
                      "tf_accuracy_tokens": tf["ppl_denominator_tokens"],
                      "exposure_bias_gap": tf["tf_token_accuracy"] - headline["fr_token_accuracy"]}
     return Evaluation(headline, buckets, groups, failure_modes(rows, spec.rules, spec.illegal),
-                      headline_intervals(rows, stats, spec.resampling, teacher))
+                      headline_intervals(rows, stats, spec.resampling, teacher), stats)
 
 
 def headline_intervals(rows: list[PredictionRow], stats: list[ErrorStats], r: Resampling,

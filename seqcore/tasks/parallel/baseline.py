@@ -10,6 +10,7 @@ skipped with one sentence saying why.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 import tempfile
 from pathlib import Path
 
@@ -77,9 +78,7 @@ def baseline(cfg: Config, io: StageIO) -> None:
         Predictions(rows).save(out / f"{split}.jsonl")
         PredictionsHeader(as_dict(cfg.baseline) | {"kind": "phonetisaurus", "beam": ps.BEAM},
                           fst_sha, len(rows), sig).save(out / f"{split}.jsonl")
-    reasons: dict[str, int] = {}
-    for r in trained.rejected:
-        reasons[r.reason] = reasons.get(r.reason, 0) + 1
+    reasons = dict(Counter(r.reason for r in trained.rejected))
     BaselineRecord("phonetisaurus", sig, train_rows=trained.rows, rejected=reasons,
                    model_sha256=fst_sha).save(out)
     io.note(f"{sig}: trained on {trained.rows - len(trained.rejected):,} of {trained.rows:,} "

@@ -66,7 +66,7 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
                "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result),
-               **interval_metrics(cfg, result), **baseline_metrics(cfg, rows)}
+               **interval_metrics(cfg, result), **baseline_metrics(cfg, rows, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     write_outputs(cfg, metrics, result, header, io)
     return Evaluated(metrics, sig, header, pred_path, tc)
@@ -90,7 +90,8 @@ BASELINE_METRICS = ("word_error_rate", "word_error_rate_multi_ref", "token_error
                     "token_error_rate_multi_ref", "exact_match", "char_error_rate")
 
 
-def baseline_metrics(cfg: Config, rows: list[PredictionRow]) -> dict[str, Any]:
+def baseline_metrics(cfg: Config, rows: list[PredictionRow],
+                     result: Evaluation) -> dict[str, Any]:
     """The baseline's predictions of the same split scored by the same code as the model's
     (``baseline``: its numbers, intervals, train rows and rows left out), and model minus
     baseline with its paired-bootstrap interval and p-values (``vs_baseline``); nothing when
@@ -104,12 +105,13 @@ def baseline_metrics(cfg: Config, rows: list[PredictionRow]) -> dict[str, Any]:
         return {}
     path = Path(cfg.paths.baseline) / f"{cfg.decode.split}.jsonl"
     base = Predictions.load(path).rows
+    scored = evaluate_predictions(base, eval_spec(cfg))  # the model's own scoring path
     try:
-        versus = paired_headline(base, rows, resampling(cfg), BASELINE_METRICS)
+        versus = paired_headline(base, rows, resampling(cfg), BASELINE_METRICS,
+                                 (scored.stats, result.stats))
     except NotComparable as err:
         raise TaskError(f"{path} against the model's predictions: {err}; re-run the baseline "
                         "stage (dvc repro baseline)") from None
-    scored = evaluate_predictions(base, eval_spec(cfg))  # the model's own scoring path
     numbers = {k: v for k, v in prediction_metrics(scored).items() if not isinstance(v, str)}
     numbers["word_error_rate_multi_ref"] = 1.0 - numbers["exact_match_multi_ref"]
     rejected = sum((record.rejected or {}).values())
