@@ -29,8 +29,6 @@ from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.tracking import build_record, read_yaml12, tracking_uri
 from seqcore import audit as A
-from seqcore.artifacts.model_file import ModelMeta
-from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, as_dict, load_config
@@ -110,15 +108,15 @@ def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> No
           file=sys.stderr, flush=True)
 
 
-def environment_diffs(meta: ModelMeta, header: PredictionsHeader, run: Any) -> list[str]:
-    """The recorded producing environments against the one this audit runs in."""
-    now = producing_environment()
-    diffs = environment_differences("model file meta", meta.environment, now)
-    diffs += environment_differences("predictions header", header.environment, now)
-    if run is not None:
-        tags = {k[len("env."):]: v for k, v in run.data.tags.items() if k.startswith("env.")}
-        diffs += environment_differences(f"mlflow run {run.info.run_id} tags env.*", tags, now)
-    return diffs
+def environment_diffs(run: Any) -> list[str]:
+    """The producing environment the MLflow run records (tags ``env.*``) against the one
+    this audit runs in. No DVC-tracked file records it (issue 34: the same inputs give the
+    same bytes on any machine), so without a run there is nothing to compare."""
+    if run is None:
+        raise LookupError("no MLflow run: the producing environment is recorded only there")
+    tags = {k[len("env."):]: v for k, v in run.data.tags.items() if k.startswith("env.")}
+    return environment_differences(f"mlflow run {run.info.run_id} tags env.*", tags,
+                                   producing_environment())
 
 
 def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> None:
@@ -189,8 +187,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
                 cfg, run, expected_record(cfg, done, run.data.tags.get("dvc.exp.name")), lock))
     if report.wants("environment"):
         try:
-            report.warn("environment", environment_diffs(files.meta, files.header, run),
-                        strict_env)
+            report.warn("environment", environment_diffs(run), strict_env)
         except Exception as err:  # noqa: BLE001 (as in _run)
             report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
     _run(report, "package versions",
@@ -199,8 +196,8 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
         _run(report, "rebuild", lambda: rebuild_diffs(cfg, lock))
         if report.checks["rebuild"] and report.status.get("environment") == A.WARNING:
             report.checks["rebuild"].append(
-                "the environment differs from the recorded one (see 'environment'): the "
-                "model file and predictions header record it, so their bytes differ")
+                "the environment differs from the recorded one (see 'environment'): another "
+                "torch build or package set can change floating-point results")
     return report
 
 

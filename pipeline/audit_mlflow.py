@@ -20,7 +20,8 @@ from pipeline.tracking import param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.compare import first_difference
-from seqcore.config import Config, experiment_name
+from seqcore.config import Config, config_from_dict, experiment_name
+from seqcore.signature import result_params
 
 RUN, PIPELINE = "mlflow run", "pipeline record"
 #: Tags that describe when, where and by whom the run was made, not the result: present is
@@ -134,8 +135,27 @@ def artifact_diffs(run: Any, uri: str, record: RunRecord,
                 diffs.append("artifact dvc.lock: its stages before evaluate differ from "
                              "the workspace dvc.lock's")
             continue
+        if name == "params.yaml":
+            diffs += params_artifact_diffs(got[name], texts[name])
+            continue
         diffs += first_difference(f"artifact {name}", (RUN, "file"), got[name], texts[name])
     return diffs, lock_sha
+
+
+def params_artifact_diffs(logged: bytes, current: bytes) -> list[str]:
+    """The run's params.yaml against the workspace's, by the values of the keys that can
+    change a result (seqcore.signature.result_params): a guard raised after the run re-ran
+    only the stage that checks it (issue 34). A file that does not load is compared as bytes.
+    """
+    import yaml  # noqa: PLC0415
+
+    try:
+        a, b = (result_params(config_from_dict(yaml.safe_load(t) or {}))
+                for t in (logged.decode("utf-8"), current.decode("utf-8")))
+    except (ValueError, TypeError, UnicodeDecodeError, yaml.YAMLError):
+        return first_difference("artifact params.yaml", (RUN, "file"), logged, current)
+    return [f"artifact params.yaml: {k}: {RUN} has {a.get(k)!r}, the file has {b.get(k)!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,

@@ -47,8 +47,8 @@ def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
                    done: dict[str, Any]) -> list[str]:
     """Run ``stage`` again from its locked data inputs; compare each locked out whole.
 
-    What the stage's ``run`` returns is kept in ``done[stage]``. The predictions header's
-    ``environment`` is left to the environment check.
+    What the stage's ``run`` returns is kept in ``done[stage]``. Every out is compared whole:
+    none records where it was made (issue 34).
     """
     root = Path.cwd()
     deps = [p for p in stage_paths(lock, stage, "deps") if p.split("/")[0] not in CODE_DIRS]
@@ -66,8 +66,8 @@ def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
         except SystemExit as stop:  # a stage's own consistency check refused the inputs
             return [f"{stage} stopped when redone: {stop.code}"]
         sides = (f"{FILE} (workspace)", RECOMPUTED)
-        return [d for rel in outs for d in path_differences(
-            rel, sides, root / rel, Path(tmp) / rel, ignore_fields=frozenset({"environment"}))]
+        return [d for rel in outs
+                for d in path_differences(rel, sides, root / rel, Path(tmp) / rel)]
 
 
 def _finite(x: float) -> float | None:

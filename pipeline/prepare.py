@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load, signature
+from pipeline.stage import load
 from seqcore.artifacts.manifests import PreparedManifest, RawSource, manifest_path
 from seqcore.config import Config, as_dict
 from seqcore.data.prepare import copy_share, dominant_target, prepare_pairs
 from seqcore.data.records import BadRowError, write_pairs, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.hashing import sha256_file
-from seqcore.signature import guard_fields
+from seqcore.signature import data_signature, guard_fields
 from seqcore.tasks import get_task
 
 
@@ -71,13 +71,14 @@ def run(cfg: Config) -> None:
         path = out / f"{split}.jsonl"
         write_pairs(prepared.splits[split], path)
         hashes[split] = sha256_file(path)
-    # data.sha256 is fetch's business (and not a prepare param in dvc.yaml); a guard changes
-    # no output, so the manifest does not hold it
-    settings = {k: v for k, v in as_dict(d, guard_fields("data")).items() if k != "sha256"}
-    PreparedManifest(RawSource(str(raw), sha256_file(raw), d.source, label), settings, hashes,
+    # a guard (data.sha256, fetch's pin, among them) changes no output, so the manifest does
+    # not hold it
+    settings = as_dict(d, guard_fields("data"))
+    raw_sha = sha256_file(raw)
+    PreparedManifest(RawSource(str(raw), raw_sha, d.source, label), settings, hashes,
                      cfg.paths.rejects, summary).save(manifest_path(out))
     print(f"[prepare] {summary.rows} rejects={summary.rejects}", file=sys.stderr)
-    signature(cfg, "prepare", upstream=False)
+    print(f"[prepare] data: {data_signature(cfg, raw_sha)}", file=sys.stderr)
 
 
 def _reasons(counts: dict[str, int]) -> str:

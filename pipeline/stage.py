@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from seqcore.config import Config, ConfigError, load_config, workspace_problem
 from seqcore.errors import OneLineError
-from seqcore.signature import contract_signature, signature_diff
+from seqcore.signature import inherited_diff
 
 if TYPE_CHECKING:
     from seqcore.artifacts.tokenizer_contract import TokenizerContract
@@ -60,23 +60,22 @@ def tokenizer_contract(cfg: Config) -> TokenizerContract:
     return TokenizerContract.load(cfg.paths.tokenizer_contract)
 
 
-def signature(cfg: Config, stage: str, stored: str | None = None, where: str = "",
-              upstream: bool = True, contract: TokenizerContract | None = None,
-              quiet: bool = False) -> str:
-    """Compute, print and (if ``stored`` is given) compare the contract signature.
+def signature(cfg: Config, stage: str, stored: str, where: str,
+              contract: TokenizerContract | None = None, quiet: bool = False) -> str:
+    """Print the contract signature ``stored`` (read from ``where``) that this stage works
+    under and stop unless it carries every field of the tokenizer contract's signature.
 
-    ``upstream=False`` is for the stages before the tokenizer (fetch, prepare): their
-    signature has the tokenizer fields ``pending`` instead of reading a stale contract.
     ``contract``: the tokenizer contract the stage already read (else it is read here).
-    A mismatch with ``stored`` stops the stage with a field-by-field diff.
+    A mismatch stops the stage with a field-by-field diff.
     """
-    if upstream and contract is None:
+    if contract is None:
         contract = tokenizer_contract(cfg)
-    sig = contract_signature(cfg, contract if upstream else None)
     if not quiet:
-        print(f"[{stage}] contract: {sig}", file=sys.stderr)
-    if stored is not None and stored != sig:
-        diff = "\n  ".join(signature_diff(stored, sig))
-        sys.exit(f"[{stage}] contract mismatch with {where} (stored != current):\n  {diff}\n"
+        print(f"[{stage}] contract: {stored}", file=sys.stderr)
+    diff = inherited_diff(stored, contract.signature)
+    if diff:
+        lines = "\n  ".join(diff)
+        sys.exit(f"[{stage}] contract mismatch: {where} against {cfg.paths.tokenizer_contract} "
+                 f"({where} != tokenizer contract):\n  {lines}\n"
                  "re-run the upstream stages (dvc repro) so they agree")
-    return sig
+    return stored

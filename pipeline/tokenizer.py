@@ -17,7 +17,7 @@ from seqcore.data.coverage import SplitCoverage, split_coverage
 from seqcore.data.examples import encode_pairs, write_examples
 from seqcore.data.records import Pair, count_rejects, read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
-from seqcore.signature import contract_signature
+from seqcore.signature import tokenizer_signature
 from seqcore.tasks import get_task
 from seqcore.tokenizer import (
     BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, check_special_ids,
@@ -46,7 +46,7 @@ def train_tokenizers(cfg: Config, train: list[Pair], raw: RawSource) -> Tokenize
         ids, (PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE),
         TextNormalization(cfg.data.normalization, cfg.data.casefold, cfg.data.casefold_target),
         raw.sha256, sides["src"], sides["tgt"], checks)
-    contract = contract.with_signature(contract_signature(cfg, contract))
+    contract = contract.with_signature(tokenizer_signature(cfg, contract))
     contract.save(cfg.paths.tokenizer_contract)
     return contract
 
@@ -60,7 +60,7 @@ def run(cfg: Config) -> None:
     contract = train_tokenizers(cfg, splits["train"], raw)
     path = cfg.paths.tokenizer_contract
     written = TokenizerContract.load(path)  # read back, as every later stage
-    signature(cfg, "tokenizer", contract.signature, str(path), contract=written)
+    signature(cfg, "tokenizer", tokenizer_signature(cfg, written), str(path), contract=written)
     toks = load_tokenizers(path, contract=written)
 
     encoded, rejects, counts = Path(cfg.paths.encoded), [], {}

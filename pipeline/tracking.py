@@ -38,11 +38,11 @@ from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import (
-    Config, ConfigError, as_dict, config_from_dict, experiment_name, flatten, load_config)
+    Config, ConfigError, config_from_dict, experiment_name, flatten, load_config)
 from seqcore.credentials import redact_text, redact_uri
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
-from seqcore.signature import SIGNATURE_FORMAT, derived_params
+from seqcore.signature import SIGNATURE_FORMAT, derived_params, result_params
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
@@ -93,14 +93,16 @@ def param_items(params: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def contract_params(cfg: Config, tc: TokenizerContract, sig: str) -> dict[str, Any]:
-    """Every parameter of the sequence contract, flattened with dotted names."""
+    """Every parameter that can change the result, flattened with dotted names: guards and
+    bookkeeping keys (seqcore.signature.NO_RESULT_KEYS) change no number and are left out,
+    so raising one re-runs only the stage that checks it (issue 34)."""
     prepared = manifest_path(cfg.paths.prepared)
     data: dict[str, Any] = {}
     if prepared.exists():
         manifest = PreparedManifest.load(prepared)
         data = {f"data.prepared.sha256.{k}": v for k, v in manifest.sha256.items()}
         data["data.raw.sha256"] = manifest.raw.sha256
-    return (flatten(as_dict(cfg))
+    return (result_params(cfg)
             | {f"tokenizer.contract.{k}": v for k, v in flatten(tc.as_json()).items()}
             | data | derived_params(cfg) | {"contract.signature": sig})
 
@@ -114,7 +116,7 @@ def train_curve(train_log: Path) -> list[tuple[str, int, float]]:
 
 def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:
     """Every out, metric and plot file of the stages in dvc.yaml, templated with ``cfg``."""
-    values = flatten(as_dict(cfg))
+    values = result_params(cfg)  # the templated keys (paths.*, evaluate.details_dir) are there
     stages = read_yaml12(dvc_yaml)["stages"] if dvc_yaml.exists() else {}
     out = set()
     for stage in stages.values():
@@ -214,7 +216,8 @@ def run_texts(cfg: Config, pred_path: Path) -> dict[str, str]:
 
 
 def baseline_params(rev: str) -> dict[str, Any]:
-    """Flattened params of ``rev``'s params.yaml with defaults filled in ({} if unreadable)."""
+    """The result params (seqcore.signature.result_params) of ``rev``'s params.yaml with
+    defaults filled in ({} if unreadable)."""
     import yaml  # noqa: PLC0415
 
     res = subprocess.run(["git", "show", f"{rev}:params.yaml"], capture_output=True, text=True,
@@ -222,7 +225,7 @@ def baseline_params(rev: str) -> dict[str, Any]:
     if res.returncode != 0:  # no commit yet, or params.yaml not committed
         return {}
     try:
-        return flatten(as_dict(config_from_dict(yaml.safe_load(res.stdout) or {})))
+        return result_params(config_from_dict(yaml.safe_load(res.stdout) or {}))
     except (ValueError, TypeError, yaml.YAMLError):
         return {}
 
@@ -233,7 +236,7 @@ def changed_params(cfg: Config) -> dict[str, tuple[Any, Any]]:
     base = baseline_params(os.environ.get("DVC_EXP_BASELINE_REV") or "HEAD")
     if not base:
         return {}
-    return {k: (base.get(k), v) for k, v in flatten(as_dict(cfg)).items() if base.get(k) != v}
+    return {k: (base.get(k), v) for k, v in result_params(cfg).items() if base.get(k) != v}
 
 
 def run_name(exp: str | None, changed: dict[str, tuple[Any, Any]], sig8: str) -> str:

@@ -25,10 +25,9 @@ from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
-from seqcore.environment import producing_environment
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import TrainLoop
+from seqcore.training.loop import TrainLoop, adopt_migrated_folder
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
 
@@ -101,8 +100,15 @@ def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
     setup = build(cfg, device, world)
-    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / D.checkpoint_folder_name(setup.contract),
-                         cfg.train.keep_last)
+    folder = D.checkpoint_folder_name(setup.contract)
+    if world.main:
+        old = adopt_migrated_folder(Path(cfg.paths.checkpoints), folder, setup.contract)
+        if old:
+            print(f"[train] {cfg.paths.checkpoints}/{old} holds this run under an older "
+                  f"training-contract format (its guard keys are no contract keys now): "
+                  f"renamed to {folder}", file=sys.stderr)
+    D.barrier(world)
+    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / folder, cfg.train.keep_last)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
                         world)
     try:
@@ -137,8 +143,7 @@ def main() -> None:
               f"holds step {state.step} (the last)", file=sys.stderr)
     selected_step = best.payload["state"]["step"] if best is not None else state.step
     meta = ModelMeta(setup.signature, state.step, cfg.train.select, selected_step,
-                     state.best_step, finite(state.best_dev), setup.contract,
-                     producing_environment().as_dict())
+                     state.best_step, finite(state.best_dev), setup.contract)
     sha = setup.save(Path(cfg.paths.model), meta)
     TrainMetrics(state.step, state.tokens, state.skipped, state.best_step, state.best_dev,
                  state.history[-1].loss if state.history else None, selected_step,

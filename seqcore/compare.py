@@ -89,14 +89,12 @@ def _rows(name: str, kind: str, sides: tuple[str, str], a: str, b: str) -> list[
     return out or [f"{name}: bytes differ (line endings or a trailing newline)"]
 
 
-def first_difference(name: str, sides: tuple[str, str], left: bytes, right: bytes,
-                     ignore_fields: frozenset[str] = frozenset()) -> list[str]:
+def first_difference(name: str, sides: tuple[str, str], left: bytes, right: bytes) -> list[str]:
     """How ``left`` and ``right`` (two versions of file ``name``) differ; [] when equal.
 
     Args:
         name: the file's path (its suffix chooses JSON / JSONL / CSV / TSV / text / bytes).
         sides: labels of the two versions, e.g. ("file", "recomputed").
-        ignore_fields: top-level JSON keys not compared (compared by another check).
     """
     if left == right:  # equal bytes, whatever they parse to (a JSON list too)
         return []
@@ -105,11 +103,8 @@ def first_difference(name: str, sides: tuple[str, str], left: bytes, right: byte
         a, b = left.decode("utf-8"), right.decode("utf-8")
         if kind == ".json":
             x, y = json.loads(a), json.loads(b)
-            if isinstance(x, dict) and isinstance(y, dict):
-                x = {k: v for k, v in x.items() if k not in ignore_fields}
-                y = {k: v for k, v in y.items() if k not in ignore_fields}
-                if x == y:
-                    return []
+            if x == y:
+                return []
             return _fields(f"{name}: ", sides, x, y) or [f"{name}: bytes differ (formatting)"]
         if kind == ".png" or "\0" in a:
             raise UnicodeDecodeError("utf-8", left, 0, 1, "binary")
@@ -136,8 +131,7 @@ def _files(root: Path, ignore: list[str]) -> dict[str, Path]:
 
 
 def path_differences(name: str, sides: tuple[str, str], left: Path, right: Path,
-                     ignore: tuple[str, ...] = ("__pycache__", "*.pyc"),
-                     ignore_fields: frozenset[str] = frozenset()) -> list[str]:
+                     ignore: tuple[str, ...] = ("__pycache__", "*.pyc")) -> list[str]:
     """``first_difference`` for every file of two files or folders (``name`` = their path)."""
     if not left.exists() or not right.exists():
         missing = sides[0] if not left.exists() else sides[1]
@@ -149,6 +143,5 @@ def path_differences(name: str, sides: tuple[str, str], left: Path, right: Path,
         if rel not in a or rel not in b:
             out.append(f"{label}: only in {sides[1] if rel not in a else sides[0]}")
             continue
-        out += first_difference(label, sides, a[rel].read_bytes(), b[rel].read_bytes(),
-                                ignore_fields)
+        out += first_difference(label, sides, a[rel].read_bytes(), b[rel].read_bytes())
     return out

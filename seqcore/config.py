@@ -414,6 +414,23 @@ def as_dict(cfg: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
             for v in (getattr(cfg, f.name),)}
 
 
+def flat_params(cfg: Any, skip: frozenset[str] = frozenset(), prefix: str = "") -> dict[str, Any]:
+    """The dotted leaves of a config (``{"train.lr": 0.003, ...}``, plain values), without
+    the dotted keys in ``skip``, which are not even read (a stage that records a run must not
+    read a guard it does not declare)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        name = prefix + f.name
+        if name in skip:
+            continue
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out |= flat_params(value, skip, name + ".")
+        else:
+            out[name] = _plain(value)
+    return out
+
+
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Flatten a nested dict to dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
     out: dict[str, Any] = {}

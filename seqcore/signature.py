@@ -1,9 +1,18 @@
 """Human-readable signatures in the style of sacrebleu: ``key:value|key:value|...``.
 
-The contract signature names everything that changes what a sequence means to the model:
-data version, tokenizers, special ids, lengths and truncation, normalisation, loss. It is
-printed by every stage and stored in the checkpoint, the predictions header, metrics.json and
-the MLflow run; stages compare it and stop on a mismatch.
+Each stage signs what its outputs depend on, and nothing else (issue 34):
+
+- the **tokenizer signature** (``tokenizer/contract.json``): data hash, tokenizers, special
+  ids, lengths and truncation, normalisation, case, stress;
+- the **contract signature** (the model file, the predictions header, results.json, the
+  MLflow run): the tokenizer signature plus the loss (normalisation, label smoothing);
+- the **result signature** (results.json and the MLflow run, beside every reported number):
+  the contract signature plus the training contract's hash, the model file's hash and every
+  decode and evaluate setting that changes the figures (:func:`result_fields`).
+
+A later signature extends the earlier one field for field; a stage compares the fields it
+inherits (:func:`inherited_diff`) and stops on a mismatch. Guards and bookkeeping keys
+(:data:`NO_RESULT_KEYS`) enter no signature and no training contract.
 """
 
 from __future__ import annotations
@@ -16,58 +25,118 @@ from seqcore.config import Config
 if TYPE_CHECKING:  # the contract class imports torch (SpecialIds); signatures need none
     from seqcore.artifacts.tokenizer_contract import TokenizerContract
 
-SIGNATURE_FORMAT = 1
+#: 1: one contract signature for every stage (loss fields in the tokenizer's);
+#: 2: tokenizer, contract and result signatures (issue 34).
+SIGNATURE_FORMAT = 2
+
+#: The fields every signature ends with.
+TRAILER = ("fmt", "version")
 
 
-#: Shown for fields that only exist once the tokenizer stage has run (fetch, prepare).
-PENDING = "pending"
-
-
-def contract_fields(cfg: Config, tokenizer_contract: TokenizerContract | None) -> dict[str, str]:
-    """The ordered fields of the sequence-contract signature.
-
-    With ``tokenizer_contract=None`` (stages before the tokenizer) the data hash comes from
-    params (``data.sha256``) and the tokenizer fields read ``pending``.
-    """
-    tc, seq, data = tokenizer_contract, cfg.sequence, cfg.data
+def tokenizer_fields(cfg: Config, tc: TokenizerContract) -> dict[str, str]:
+    """The ordered fields of the tokenizer signature: what the encoded data depends on."""
+    seq, data, ids = cfg.sequence, cfg.data, tc.special_ids
 
     def side(name: str) -> str:
-        if tc is None:
-            return PENDING
         s = tc.side(name)
         return f"{s.model_type}-v{s.vocab_size}-{s.sha256[:8]}"
 
-    ids = tc.special_ids if tc else None
     return {
-        "task": cfg.task,
-        "data": (tc.data_sha256 if tc else data.sha256 or PENDING)[:12],
-        "src": side("src"),
-        "tgt": side("tgt"),
-        "pad": str(ids.pad) if ids else PENDING,
-        "unk": str(ids.unk) if ids else PENDING,
-        "bos": str(ids.bos) if ids else PENDING,
-        "eos": str(ids.eos) if ids else PENDING,
-        "maxsrc": str(seq.max_src_len),
-        "maxtgt": str(seq.max_tgt_len),
-        "trunc": seq.overlong,
+        "task": cfg.task, "data": tc.data_sha256[:12], "src": side("src"), "tgt": side("tgt"),
+        "pad": str(ids.pad), "unk": str(ids.unk), "bos": str(ids.bos), "eos": str(ids.eos),
+        "maxsrc": str(seq.max_src_len), "maxtgt": str(seq.max_tgt_len), "trunc": seq.overlong,
         "norm": data.normalization,
         "case": ("fold" if data.casefold else "keep") + ("-tgtfold" if data.casefold_target
                                                            else ""),
         "stress": "keep" if data.keep_stress else "strip",
-        "loss": seq.loss_norm,
-        "ls": f"{seq.label_smoothing:g}",
-        "fmt": str(SIGNATURE_FORMAT),
-        "version": __version__,
+        "fmt": str(SIGNATURE_FORMAT), "version": __version__,
     }
+
+
+def contract_fields(cfg: Config, tc: TokenizerContract) -> dict[str, str]:
+    """The ordered fields of the contract signature: the tokenizer's, then the loss."""
+    fields = tokenizer_fields(cfg, tc)
+    trailer = {k: fields.pop(k) for k in TRAILER}
+    return fields | {"loss": cfg.sequence.loss_norm,
+                     "ls": f"{cfg.sequence.label_smoothing:g}"} | trailer
+
+
+def tokenizer_signature(cfg: Config, tc: TokenizerContract) -> str:
+    return format_signature(tokenizer_fields(cfg, tc))
+
+
+def contract_signature(cfg: Config, tc: TokenizerContract) -> str:
+    return format_signature(contract_fields(cfg, tc))
+
+
+def data_signature(cfg: Config, raw_sha256: str) -> str:
+    """What the prepared splits depend on (printed by prepare): the raw snapshot and the data
+    settings that shape the rows and splits."""
+    d = cfg.data
+    return format_signature({
+        "task": cfg.task, "data": raw_sha256[:12], "source": d.source, "norm": d.normalization,
+        "case": ("fold" if d.casefold else "keep") + ("-tgtfold" if d.casefold_target else ""),
+        "stress": "keep" if d.keep_stress else "strip", "rows": d.bad_rows,
+        "split": f"{d.split_seed}-{d.dev_fraction:g}-{d.test_fraction:g}-{d.max_pairs}",
+        "fmt": str(SIGNATURE_FORMAT), "version": __version__})
+
+
+def result_fields(contract_sig: str, training_contract_hash: str, model_sha256: str,
+                  decode: dict[str, Any] | None, resampling: str | None) -> dict[str, str]:
+    """The ordered fields of the result signature: the contract signature's, the training
+    contract hash (the checkpoint folder's name), the model file hash, the decode settings
+    that change the outputs (only those of the strategy used) and the bootstrap's.
+
+    ``decode``: the predictions header's settings (None for ``task: lm``, which decodes
+    nothing); ``resampling``: the interval signature (``bs:1000|rs:12345|...``), if any.
+    """
+    fields = parse_signature(contract_sig)
+    trailer = {k: fields.pop(k, "") for k in TRAILER}
+    fields |= {"train": training_contract_hash[:12], "model": model_sha256[:12]}
+    fields |= decode_fields(decode) if decode else {"decode": "none"}
+    if resampling:
+        fields |= parse_signature(resampling)
+    return fields | {"fmt": str(SIGNATURE_FORMAT), "version": trailer["version"]}
+
+
+#: Decode settings in the result signature: (header key, field name), by strategy; the
+#: ``COMMON`` ones apply to every strategy.
+DECODE_FIELDS = {
+    "COMMON": (("split", "split"), ("strategy", "dec"), ("min_len", "minlen"),
+               ("max_len", "maxlen"), ("max_len_ratio", "ratio"),
+               ("no_repeat_ngram", "norep"), ("banned_tokens", "ban"),
+               ("batch_size", "dbs"), ("rescore", "rescore")),
+    "beam": (("beam_size", "beam"), ("n_best", "nbest"), ("length_norm", "lnorm"),
+             ("alpha", "alpha")),
+    "sample": (("temperature", "temp"), ("top_k", "topk"), ("top_p", "topp"), ("seed", "seed")),
+    "greedy": (),
+}
+
+
+def decode_fields(decode: dict[str, Any]) -> dict[str, str]:
+    """The decode settings that change the predictions, as signature fields."""
+    keys = DECODE_FIELDS["COMMON"] + DECODE_FIELDS.get(str(decode.get("strategy")), ())
+    out = {name: _text(decode.get(key)) for key, name in keys}
+    if decode.get("rescore") not in (None, "none"):
+        out["rw"] = _text(decode.get("rescore_weight"))
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def result_signature(contract_sig: str, training_contract_hash: str, model_sha256: str,
+                     decode: dict[str, Any] | None, resampling: str | None) -> str:
+    return format_signature(result_fields(contract_sig, training_contract_hash, model_sha256,
+                                          decode, resampling))
 
 
 def format_signature(fields: dict[str, str]) -> str:
     """``k1:v1|k2:v2|...`` in the given order."""
     return "|".join(f"{k}:{v}" for k, v in fields.items())
-
-
-def contract_signature(cfg: Config, tokenizer_contract: TokenizerContract | None) -> str:
-    return format_signature(contract_fields(cfg, tokenizer_contract))
 
 
 def parse_signature(sig: str) -> dict[str, str]:
@@ -82,6 +151,14 @@ def signature_diff(expected: str, got: str) -> list[str]:
             if a.get(k) != b.get(k)]
 
 
+def inherited_diff(stored: str, base: str) -> list[str]:
+    """Where ``stored`` does not extend ``base``: each field of ``base`` (the signature of an
+    upstream file, e.g. the tokenizer's) that ``stored`` (a later one, e.g. the model's) lacks
+    or spells differently. Empty when ``stored`` carries ``base`` unchanged."""
+    a, b = parse_signature(stored), parse_signature(base)
+    return [f"{k}: {a.get(k)!r} != {v!r}" for k, v in b.items() if a.get(k) != v]
+
+
 #: Train-section keys that do not change what is learned (logging and bookkeeping only).
 NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
                 "device"}  # the device *kind* is in the contract (runtime_contract)
@@ -92,15 +169,47 @@ NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
 #: contract, so a checkpoint or model file written before it still resumes and compares equal.
 #: Any other value is in the contract like every key.
 ADDED_KEYS = {"model.transformer.attention_kernel": "auto"}
-#: Guards: thresholds that decide whether a stage stops and change no output byte, so they
-#: enter no training contract (a raised guard must not make a trained model stale).
-GUARD_KEYS = frozenset({"data.max_target_share", "data.max_reject_rate",
-                        "data.max_copy_share"})
+#: Guards: thresholds (and the raw snapshot's pin) that decide whether a stage stops and
+#: change no output byte. The stage that checks one declares it (a change re-checks); it
+#: enters no signature, no training contract, no manifest and no MLflow run.
+GUARD_KEYS = frozenset({
+    "data.sha256", "data.min_split_rows", "data.max_target_share", "data.max_reject_rate",
+    "data.max_copy_share", "tokenizer.max_unk_rate", "sequence.max_drop_rate",
+    "train.max_consecutive_skips"})
+#: Keys that change no result and so are no part of the MLflow run (whose params the audit
+#: compares with params.yaml): the guards, and training's logging and checkpoint keeping
+#: (proven: tests/test_params_live.py NOT_RESULTS, tests/test_resume*.py).
+NO_RESULT_KEYS = GUARD_KEYS | {f"train.{k}" for k in ("log_every", "keep_last", "resume",
+                                                      "checkpoint_every")}
+#: Keys that were in the training contract of signature format 1 and are not any more: a
+#: checkpoint written then resumes under the new contract without them (migrated_contract).
+RETIRED_KEYS = frozenset({"data.sha256", "data.min_split_rows", "tokenizer.max_unk_rate",
+                          "sequence.max_drop_rate", "train.max_consecutive_skips"})
 
 
 def guard_fields(section: str) -> frozenset[str]:
     """The guard keys of params.yaml section ``section``, as its field names."""
     return frozenset(k.split(".", 1)[1] for k in GUARD_KEYS if k.startswith(f"{section}."))
+
+
+def result_params(cfg: Config) -> dict[str, Any]:
+    """Every params.yaml key that can change a result, flattened (NO_RESULT_KEYS are left out
+    unread): the params of the MLflow run, and the keys the audit compares."""
+    from seqcore.config import flat_params  # noqa: PLC0415
+
+    return flat_params(cfg, NO_RESULT_KEYS)
+
+
+def migrated_contract(stored: dict[str, Any]) -> dict[str, Any]:
+    """A training contract as the current format writes it: one of signature format 1 loses
+    the guard keys (RETIRED_KEYS) and its signature's ``fmt`` field says 2 (the fields of the
+    format-1 contract signature are those of the format-2 one). Others are returned as is."""
+    fields = parse_signature(str(stored.get("signature", "")))
+    if fields.get("fmt") != "1":
+        return stored
+    fields["fmt"] = str(SIGNATURE_FORMAT)
+    return {k: v for k, v in stored.items() if k not in RETIRED_KEYS} | {
+        "signature": format_signature(fields)}
 
 
 def runtime_contract(cfg: Config) -> dict[str, Any]:

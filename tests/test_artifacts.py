@@ -42,7 +42,7 @@ CONTRACT = TokenizerContract(
 
 META = ModelMeta("task:g2p|fmt:1", 6, "best_dev", 3, 3, 1.25,
                  {"train.threads": 1, "tokenizer.src.sha256": "a" * 64,
-                  "tokenizer.tgt.sha256": "b" * 64}, {"python": "3.11"})
+                  "tokenizer.tgt.sha256": "b" * 64})
 
 ROW = PredictionRow("w1", "g", "cat", "K AE T", "K AE T", [5, 6, 7], ["K", "AE", "T"], -0.5,
                     -0.2, 3, True, [{"hypothesis": "K AH T", "tokens": [5, 8, 7]}])

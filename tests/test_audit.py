@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from pipeline.audit import main as audit_main
 from pipeline.dvc_lock import dvc_md5
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
+from seqcore.signature import NO_RESULT_KEYS, inherited_diff
 from seqcore.training.checkpoint import load_blob, save_blob
 from tests.pipeline_helpers import AUDIT_SAMPLE, run_audit, tool_env
 
@@ -172,16 +173,23 @@ def test_only_with_an_unknown_check_stops_in_one_line_naming_the_choices(
 
 
 @pytest.mark.slow
-def test_every_stage_prints_the_contract_signature(result: tuple[Path, str]) -> None:
+def test_every_stage_prints_the_signature_of_what_its_outputs_depend_on(
+        result: tuple[Path, str]) -> None:
     repo, output = result
-    final = json.loads((repo / "reports/results.json").read_text())["signature"]
+    results = json.loads((repo / "reports/results.json").read_text())
+    tokenizer = json.loads((repo / "tokenizer/contract.json").read_text())["signature"]
+    assert f"[tokenizer] contract: {tokenizer}" in output
     # baseline reads the encoded rows alone (hashed by dvc), not the contract: it declares
     # no contract params, so it neither prints nor checks the signature (STYLE rule 17)
-    for stage in (s for s in STAGES[2:] if s != "baseline"):
-        assert f"[{stage}] contract: {final}" in output
-    assert "[baseline] contract:" not in output
-    for stage in STAGES[:2]:
-        assert f"[{stage}] contract: task:g2p|data:" in output
+    for stage in ("train", "decode", "evaluate"):
+        assert f"[{stage}] contract: {results['contract_signature']}" in output
+    assert f"[evaluate] result: {results['signature']}" in output
+    assert "[baseline] contract:" not in output and "[fetch] contract:" not in output
+    assert "[prepare] data: task:g2p|data:" in output
+    # each signature extends the one before it (issue 34)
+    assert inherited_diff(results["contract_signature"], tokenizer) == []
+    assert inherited_diff(results["signature"],
+                          results["contract_signature"].rsplit("|fmt:", 1)[0]) == []
 
 
 @pytest.mark.slow
@@ -195,7 +203,8 @@ def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
     res = subprocess.run([sys.executable, "-m", "pipeline.evaluate"], cwd=repo, env=tool_env(),
                          capture_output=True, text=True)
     assert res.returncode != 0
-    assert "contract mismatch with predictions/test.jsonl" in res.stderr
+    assert "contract mismatch: predictions/test.jsonl against tokenizer/contract.json" \
+        in res.stderr
     assert "maxtgt: '31' != '32'" in res.stderr
 
 
@@ -206,7 +215,7 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
     client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
     params, tags = run.data.params, run.data.tags
-    for key in ("data.sha256", "data.prepared.sha256.test", "tokenizer.contract.special_ids.eos",
+    for key in ("data.raw.sha256", "data.prepared.sha256.test", "tokenizer.contract.special_ids.eos",
                 "sequence.max_tgt_len", "sequence.overlong", "derived.eos", "train.bucket_width",
                 "train.batch_size", "train.seed", "train.ss_schedule", "derived.bptt",
                 "train.clip_norm", "derived.clip.where", "train.amp", "train.optimizer",
@@ -214,11 +223,14 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
                 "evaluate.bucket_edges", "contract.signature"):
         assert key in params, key
     assert tags["contract.signature"] == params["contract.signature"]
+    # guards and bookkeeping keys change no number: no param of the run (issue 34)
+    assert not NO_RESULT_KEYS & set(params)
     assert {"git.commit", "git.dirty", "dvc.lock.sha256", "data.sha256", "model.sha256",
             "tokenizer.contract.sha256"} <= set(tags)
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     results = json.loads((repo / "reports/results.json").read_text())
     assert tags["metrics.bleu_signature"] == results["bleu_signature"]
+    assert tags["metrics.signature"] == results["signature"]  # the result signature
     assert run.data.metrics["exact_match"] == metrics["exact_match"]
     log_rows = (repo / "reports/train_log.csv").read_text().splitlines()[1:]
     assert len(client.get_metric_history(run.info.run_id, "train.loss")) == len(log_rows)

@@ -36,7 +36,6 @@ from seqcore.training.checkpoint import save_blob
 from tests.pipeline_helpers import empty_mlflow_store
 
 SIDES = ("file", "recomputed")
-ENV = frozenset({"environment"})
 
 
 def sha(data: bytes) -> str:
@@ -128,32 +127,6 @@ def test_a_missing_trailing_newline_is_a_difference() -> None:
         "reports/report.md: bytes differ (line endings or a trailing newline)"]
 
 
-HEADER = b'{"environment": {"torch": "2.13.0"}, "model_sha256": "ab12", "meta": {"environment": 1}}'
-
-
-@pytest.mark.parametrize(("right", "want"), [
-    # only the ignored top-level field differs: nothing to report
-    (b'{"environment": {"torch": "2.14.0"}, "model_sha256": "ab12", "meta": {"environment": 1}}',
-     []),
-    # a field beside it differs as well: that one is reported, alone
-    (b'{"environment": {"torch": "2.14.0"}, "model_sha256": "ab13", "meta": {"environment": 1}}',
-     ['predictions/test.json: field model_sha256: file has "ab12", recomputed has "ab13"']),
-    # a nested field of the same name is not the ignored top-level one
-    (b'{"environment": {"torch": "2.13.0"}, "model_sha256": "ab12", "meta": {"environment": 2}}',
-     ["predictions/test.json: field meta.environment: file has 1, recomputed has 2"]),
-], ids=["ignored-only", "ignored-and-another", "same-name-nested"])
-def test_only_the_ignored_top_level_json_fields_are_ignored(right: bytes,
-                                                            want: list[str]) -> None:
-    assert first_difference("predictions/test.json", SIDES, HEADER, right, ENV) == want
-
-
-def test_an_ignored_field_is_compared_when_it_is_not_declared_ignored() -> None:
-    right = HEADER.replace(b"2.13.0", b"2.14.0")
-    assert first_difference("predictions/test.json", SIDES, HEADER, right) == [
-        'predictions/test.json: field environment.torch: file has "2.13.0", '
-        'recomputed has "2.14.0"']
-
-
 def write_tree(root: Path, files: dict[str, bytes]) -> Path:
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +136,7 @@ def write_tree(root: Path, files: dict[str, bytes]) -> Path:
 
 TREE = {"test.jsonl": b'{"id": "1", "hyp": "K AE T"}\n',
         "sub/rows.tsv": b"id\thyp\n1\tK AE T\n2\tD AO G\n",
-        "header.json": b'{"environment": {"host": "a"}, "n": 2}\n'}
+        "header.json": b'{"n": 2}\n'}
 
 
 def test_two_identical_folders_give_no_difference(tmp_path: Path) -> None:
@@ -189,17 +162,14 @@ def test_a_file_of_a_folder_is_compared_by_its_own_kind_and_named_by_its_path(
         '"D AO D"']
 
 
-def test_ignored_folder_entries_and_fields_are_ignored_and_a_difference_beside_them_is_not(
+def test_ignored_folder_entries_are_ignored_and_a_difference_beside_them_is_not(
         tmp_path: Path) -> None:
     a = write_tree(tmp_path / "a", TREE)
-    b = write_tree(tmp_path / "b", TREE | {"__pycache__/x.pyc": b"\0",
-                                            "header.json": b'{"environment": {"host": "b"}, '
-                                                           b'"n": 2}\n'})
-    assert path_differences("predictions", SIDES, a, b, ignore_fields=ENV) == []
+    b = write_tree(tmp_path / "b", TREE | {"__pycache__/x.pyc": b"\0"})
+    assert path_differences("predictions", SIDES, a, b) == []
     c = write_tree(tmp_path / "c", TREE | {"__pycache__/x.pyc": b"\0",
-                                            "header.json": b'{"environment": {"host": "b"}, '
-                                                           b'"n": 3}\n'})
-    assert path_differences("predictions", SIDES, a, c, ignore_fields=ENV) == [
+                                            "header.json": b'{"n": 3}\n'})
+    assert path_differences("predictions", SIDES, a, c) == [
         "predictions/header.json: field n: file has 2, recomputed has 3"]
 
 
@@ -217,7 +187,7 @@ STATE = {"step": 2, "tokens": 22, "skipped": 0, "best_step": 2, "best_dev": 1.75
 COUNTERS = TrainMetrics(steps=2, tokens=22, skipped_steps=0, best_step=2, best_dev_nll=1.75,
                         final_loss=1.25, selected_step=2)
 META = ModelMeta("sig", step=2, select="last", selected_step=2, best_step=2, best_dev_nll=1.75,
-                 training_contract={}, environment={})
+                 training_contract={})
 
 
 def weights() -> dict[str, torch.Tensor]:

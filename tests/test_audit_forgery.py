@@ -258,15 +258,16 @@ def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
 @pytest.mark.slow
 def test_a_different_environment_warns_and_fails_under_strict_env(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
-    header = repo / "predictions/test.header.json"
-    data = json.loads(header.read_text())
-    data["environment"]["torch"] = "1.0.0"
-    header.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    rerun_evaluate(repo, monkeypatch)
+    """The producing environment lives in the MLflow run (no DVC-tracked file holds it, issue
+    34): a run made under another torch build warns, and fails under --strict-env."""
+    repo = copy_result(audit_result[0], tmp_path / "copy")
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+    client.set_tag(run.info.run_id, "env.torch", "1.0.0")
     report = run_audit(repo, monkeypatch)
     assert report.ok and report.status["environment"] == "WARNING", report.render()
-    assert "torch: predictions header has '1.0.0', this audit runs" in report.render()
+    assert "torch: mlflow run " in report.render() and "has '1.0.0', this audit runs" \
+        in report.render()
     strict = run_audit(repo, monkeypatch, strict_env=True)
     assert strict.failed() == ["environment"]
 

@@ -82,7 +82,7 @@ def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
     trainer = loop(tmp_path)
     trainer.resume()
     trainer.run(lambda entry, tokens_per_s: None)
-    meta = ModelMeta("sig", 3, "last", 3, 0, None, {"train.device_kind": "cuda"}, {})
+    meta = ModelMeta("sig", 3, "last", 3, 0, None, {"train.device_kind": "cuda"})
     ModelFile(trainer.model.state_dict(), meta, INFO).save(tmp_path / "model.pt")
     saved = ModelFile.load(tmp_path / "model.pt")
     model = saved.build()

@@ -119,7 +119,7 @@ def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path
     assert after[0] / after[1] < 0.85 * before[0] / before[1], (before, after)
     # The model file rebuilds the same family and decodes with the cached interface.
     info = ModelInfo(tiny_config(family), VOCAB, VOCAB, ids.pad, 64)
-    meta = ModelMeta("sig", 20, "last", 20, 0, None, {}, {})
+    meta = ModelMeta("sig", 20, "last", 20, 0, None, {})
     ModelFile(model.state_dict(), meta, info).save(tmp_path / "model.pt")
     loaded = ModelFile.load(tmp_path / "model.pt").build()
     assert type(loaded) is type(model)

@@ -1,4 +1,5 @@
-"""The sequence-contract signature: its format, its diff, and stages stopping on a mismatch."""
+"""The signatures (data, tokenizer, contract, result): their format, what each holds, their
+diff, stages stopping on a mismatch, and the training contract without guards (issue 34)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import torch
 from pipeline.stage import signature
 from seqcore.config import Config, SequenceConfig, TrainConfig, load_config
 from seqcore.signature import (
-    PENDING, contract_signature, derived_params, parse_signature, signature_diff)
+    GUARD_KEYS, NO_RESULT_KEYS, contract_signature, data_signature, derived_params,
+    inherited_diff, migrated_contract, parse_signature, result_params, result_signature,
+    signature_diff, tokenizer_signature, training_contract)
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
@@ -28,8 +31,23 @@ def test_signature_spells_each_contract_field_in_sacrebleu_style(cfg: Config) ->
     assert sig.startswith("task:g2p|data:81917843c7f4|src:char-v33-761378d3|"
                           "tgt:word-v40-0faf2d1a|pad:0|unk:1|bos:2|eos:3|maxsrc:32|maxtgt:32|"
                           "trunc:drop|norm:nfkc|case:fold|stress:strip|loss:token-mean|ls:0.1|"
-                          "fmt:1|version:")
+                          "fmt:2|version:")
     assert "|".join(f"{k}:{v}" for k, v in parse_signature(sig).items()) == sig
+
+
+def test_the_tokenizer_signature_is_the_contract_signature_without_the_loss(
+        cfg: Config) -> None:
+    """What the tokenizer stage signs holds no loss field: a loss edit must not make the
+    tokenizer stale (issue 34); the contract signature extends it field for field."""
+    tok = tokenizer_signature(cfg, CONTRACT)
+    assert "loss:" not in tok and "ls:" not in tok
+    full = contract_signature(cfg, CONTRACT)
+    assert inherited_diff(full, tok) == []
+    assert set(parse_signature(full)) - set(parse_signature(tok)) == {"loss", "ls"}
+    smoothed = dataclasses.replace(cfg, sequence=dataclasses.replace(cfg.sequence,
+                                                                     label_smoothing=0.2))
+    assert tokenizer_signature(smoothed, CONTRACT) == tok
+    assert inherited_diff(contract_signature(smoothed, CONTRACT), tok) == []
 
 
 def test_signature_diff_names_exactly_the_changed_fields(cfg: Config) -> None:
@@ -40,26 +58,94 @@ def test_signature_diff_names_exactly_the_changed_fields(cfg: Config) -> None:
     assert signature_diff(a, a) == []
 
 
-def test_stages_before_the_tokenizer_sign_tokenizer_fields_as_pending(cfg: Config) -> None:
-    fields = parse_signature(contract_signature(cfg, None))
-    assert fields["data"] == cfg.data.sha256[:12]
-    assert {fields[k] for k in ("src", "tgt", "pad", "unk", "bos", "eos")} == {PENDING}
+def test_the_data_signature_holds_data_fields_only(cfg: Config) -> None:
+    fields = parse_signature(data_signature(cfg, "81917843c7f4" + "0" * 52))
+    assert fields["data"] == "81917843c7f4"
+    assert not {"src", "tgt", "maxsrc", "loss", "ls"} & set(fields)
 
 
-def test_stage_stops_with_a_field_diff_when_the_stored_signature_differs(
+def test_stage_stops_with_a_field_diff_when_the_stored_signature_does_not_extend_the_tokenizers(
         cfg: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    CONTRACT.save(tmp_path / cfg.paths.tokenizer / "contract.json")
-    current = contract_signature(cfg, CONTRACT)
+    contract = CONTRACT.with_signature(tokenizer_signature(cfg, CONTRACT))
+    contract.save(tmp_path / cfg.paths.tokenizer / "contract.json")
+    current = contract_signature(cfg, contract)
     assert signature(cfg, "decode", current, "models/model.pt") == current
     assert f"[decode] contract: {current}" in capsys.readouterr().err
-    stored = current.replace("eos:3", "eos:4").replace("ls:0.1", "ls:0")
+    # the loss fields are the model's own: another label smoothing is no mismatch
+    other_loss = current.replace("ls:0.1", "ls:0")
+    assert signature(cfg, "decode", other_loss, "models/model.pt") == other_loss
+    stored = current.replace("eos:3", "eos:4").replace("maxsrc:32", "maxsrc:48")
     with pytest.raises(SystemExit) as stop:
         signature(cfg, "decode", stored, "models/model.pt")
     message = str(stop.value.code)
-    assert "contract mismatch with models/model.pt" in message
-    assert "eos: '4' != '3'" in message and "ls: '0' != '0.1'" in message
+    assert "contract mismatch: models/model.pt against tokenizer/contract.json" in message
+    assert "eos: '4' != '3'" in message and "maxsrc: '48' != '32'" in message
+
+
+DECODE = {"split": "test", "strategy": "greedy", "beam_size": 5, "n_best": 1,
+          "length_norm": "gnmt", "alpha": 0.6, "min_len": 0, "max_len": 32,
+          "max_len_ratio": 0.0, "no_repeat_ngram": 0, "temperature": 1.0, "top_k": 0,
+          "top_p": 1.0, "seed": 0, "batch_size": 64, "banned_tokens": [], "device": "auto",
+          "rescore": "baseline", "rescore_weight": 0.6}
+
+
+def test_a_greedy_and_a_beam_result_of_one_model_sign_differently(cfg: Config) -> None:
+    sig = contract_signature(cfg, CONTRACT)
+    args = (sig, "c" * 64, "m" * 64)
+    greedy = result_signature(*args, DECODE, "ci:95|bs:1000|rs:12345|by:word")
+    beam = result_signature(*args, DECODE | {"strategy": "beam"}, "ci:95|bs:1000|rs:12345|by:word")
+    assert greedy != beam
+    assert parse_signature(beam)["beam"] == "5" and "beam" not in parse_signature(greedy)
+    assert inherited_diff(greedy, sig.rsplit("|fmt:", 1)[0]) == []
+    fields = parse_signature(greedy)
+    assert (fields["train"], fields["model"]) == ("c" * 12, "m" * 12)
+    assert (fields["dec"], fields["rescore"], fields["rw"], fields["bs"]) == (
+        "greedy", "baseline", "0.6", "1000")
+    # a setting of another strategy does not change a greedy result's signature; one of its
+    # own, the model, the training contract or the bootstrap does
+    assert result_signature(*args, DECODE | {"beam_size": 3}, "ci:95|bs:1000|rs:12345|by:word"
+                            ) == greedy
+    for changed in (result_signature(sig, "d" * 64, "m" * 64, DECODE, "bs:1000"),
+                    result_signature(sig, "c" * 64, "n" * 64, DECODE, "bs:1000"),
+                    result_signature(*args, DECODE | {"max_len": 20}, "bs:1000"),
+                    result_signature(*args, DECODE, "bs:500")):
+        assert changed != result_signature(*args, DECODE, "bs:1000")
+
+
+def test_guards_and_bookkeeping_keys_enter_no_training_contract(cfg: Config) -> None:
+    """Raising a guard must not move the checkpoint folder (a retrain from scratch)."""
+    from seqcore.training.distributed import checkpoint_folder_name  # noqa: PLC0415
+
+    base = training_contract(cfg, CONTRACT)
+    # every guard and bookkeeping key raised, params.yaml's values for every other key
+    merged = dataclasses.replace(cfg, data=dataclasses.replace(
+        cfg.data, sha256="", min_split_rows=7, max_target_share=0.9),
+        tokenizer=dataclasses.replace(cfg.tokenizer, max_unk_rate=0.05),
+        sequence=dataclasses.replace(cfg.sequence, max_drop_rate=0.2),
+        train=dataclasses.replace(cfg.train, max_consecutive_skips=3, log_every=7,
+                                  keep_last=9))
+    assert training_contract(merged, CONTRACT) == base
+    assert checkpoint_folder_name(training_contract(merged, CONTRACT)) == \
+        checkpoint_folder_name(base)
+    assert not GUARD_KEYS & set(base)
+    assert not GUARD_KEYS & set(result_params(cfg)) and not NO_RESULT_KEYS & set(
+        result_params(cfg))
+
+
+def test_a_format_1_contract_migrates_to_the_current_one(cfg: Config) -> None:
+    """A checkpoint of signature format 1 held the guard keys and fmt:1; migrated, it is the
+    current contract, so it resumes (and its folder is adopted) without a retrain."""
+    current = training_contract(cfg, CONTRACT)
+    old = current | {"data.sha256": cfg.data.sha256, "data.min_split_rows": 1,
+                     "tokenizer.max_unk_rate": 0.01, "sequence.max_drop_rate": 0.05,
+                     "train.max_consecutive_skips": 20,
+                     "signature": current["signature"].replace("fmt:2", "fmt:1")}
+    assert migrated_contract(old) == current
+    assert migrated_contract(current) is current
+    # a real change is not migrated away
+    assert migrated_contract(old | {"train.lr": 1.0}) != current
 
 
 def clipped_grads(tmp_path: Path, clip_norm: float) -> list[torch.Tensor]:
@@ -110,3 +196,27 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
     assert {k: v for k, v in math.items() if k not in auto} == {
         "model.transformer.attention_kernel": "math"}
     assert {k: v for k, v in math.items() if k in auto} == auto
+
+
+def test_a_format_1_checkpoint_folder_is_adopted_under_its_new_name_and_no_other(
+        cfg: Config, tmp_path: Path) -> None:
+    """The train stage finds no folder for the new contract's hash, finds the format-1
+    folder of the same training and renames it (the weights are not retrained); a folder of
+    another training, or of the current format, is left alone."""
+    from seqcore.training.checkpoint import SCHEMA_VERSION, save_blob  # noqa: PLC0415
+    from seqcore.training.distributed import checkpoint_folder_name  # noqa: PLC0415
+    from seqcore.training.loop import adopt_migrated_folder  # noqa: PLC0415
+
+    current = training_contract(cfg, CONTRACT)
+    old = current | {"data.sha256": cfg.data.sha256, "tokenizer.max_unk_rate": 0.01,
+                     "signature": current["signature"].replace("fmt:2", "fmt:1")}
+    root = tmp_path / "checkpoints"
+    for name, contract in (("aaaaaaaaaaaa", old | {"train.lr": 9.0}), ("bbbbbbbbbbbb", old)):
+        save_blob(root / name / "ckpt-00000002.pt", {"schema": SCHEMA_VERSION,
+                                                       "contract": contract})
+    name = checkpoint_folder_name(current)
+    assert adopt_migrated_folder(root, name, current) == "bbbbbbbbbbbb"
+    assert sorted(p.name for p in root.iterdir()) == sorted(["aaaaaaaaaaaa", name])
+    assert adopt_migrated_folder(root, name, current) is None  # the folder exists now
+    other = current | {"train.lr": 5.0}
+    assert adopt_migrated_folder(root, checkpoint_folder_name(other), other) is None

@@ -58,7 +58,6 @@ class ModelMeta:
     best_step: int
     best_dev_nll: float | None
     training_contract: dict[str, Any]
-    environment: dict[str, str]
 
     def tokenizer_sha256(self) -> dict[str, str | None]:
         """The tokenizer model-file hashes the model was trained with, by side (None when
@@ -79,6 +78,13 @@ class ModelMeta:
     def max_src_len(self) -> int:
         """The longest source the model was trained on."""
         return self.training_contract["sequence.max_src_len"]
+
+
+def without_environment(fields: dict[str, Any]) -> dict[str, Any]:
+    """A model file's meta or predictions header as written now: files from before issue 34
+    also held the producing ``environment`` (platform, package hashes), which made the bytes
+    DVC tracks differ from machine to machine; it lives in the MLflow run now."""
+    return {k: v for k, v in fields.items() if k != "environment"}
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,8 @@ class ModelFile:
                                  s["src_vocab"], s["tgt_vocab"], s["pad_id"], s["max_len"])
             if "lm_shape" in payload:
                 lm = LMInfo(RNNLMShape(**payload["lm_shape"]), payload["vocab"])
-            saved = cls(payload["model"], ModelMeta(**payload["meta"]), info, lm)
+            saved = cls(payload["model"], ModelMeta(**without_environment(payload["meta"])),
+                        info, lm)
         except (KeyError, TypeError) as err:
             raise fields_error(path, "model", err) from None
         bad = next((name for name, t in saved.weights.items()

@@ -41,9 +41,10 @@ def header_path(predictions: str | Path) -> Path:
 class PredictionsHeader:
     """What the decode stage records next to the predictions.
 
-    A decoded split has ``signature``, ``tokenizer_sha256``, ``trained_on`` and
-    ``environment``; ``task: lm`` decodes nothing and writes ``environment``, ``task`` and
-    ``note``.
+    A decoded split has ``signature``, ``tokenizer_sha256`` and ``trained_on``; ``task: lm``
+    decodes nothing and writes ``task`` and ``note``. Nothing in it says where or when it was
+    made (the MLflow run records the environment): the same inputs give the same bytes on
+    any machine of the same kind.
     Fields that are None are not written (each kind of header keeps its bytes).
 
     Attributes:
@@ -60,7 +61,6 @@ class PredictionsHeader:
     signature: str | None = None
     trained_on: dict[str, Any] | None = None
     tokenizer_sha256: dict[str, str] | None = None
-    environment: dict[str, str] | None = None
     task: str | None = None
     note: str | None = None
 
@@ -75,7 +75,7 @@ class PredictionsHeader:
         path = header_path(predictions)
         data = read_versioned(path, "predictions header", cls.SCHEMA_VERSION)
         try:
-            return cls(**data)
+            return cls(**{k: v for k, v in data.items() if k != "environment"})  # pre-issue-34
         except TypeError as err:
             raise fields_error(path, "predictions header", err) from None
 

@@ -39,7 +39,7 @@ class Metrics:
 
 @dataclass(frozen=True)
 class Results:
-    """``reports/results.json``: the text results (contract signature, hashes, the split,
+    """``reports/results.json``: the text results (result and contract signatures, hashes, the split,
     the checkpoint folder, the metric signatures and null reasons)."""
 
     SCHEMA_VERSION: ClassVar[int] = UNVERSIONED
@@ -48,8 +48,13 @@ class Results:
 
     @property
     def signature(self) -> str | None:
-        """The contract signature the results were made under."""
+        """The result signature of the figures (seqcore.signature.result_fields)."""
         return self.texts.get("signature")
+
+    @property
+    def contract_signature(self) -> str | None:
+        """The contract signature the results were made under."""
+        return self.texts.get("contract_signature")
 
     @property
     def checkpoints(self) -> str:

@@ -31,7 +31,8 @@ class StageIO(Protocol):
 
     def contract(self, stored: str | None, where: str,
                  tokenizer: TokenizerContract | None = None) -> str:
-        """Print this stage's contract signature; stop the stage if ``stored`` differs.
+        """Print the contract signature ``stored`` (read from ``where``); stop the stage
+        unless it carries every field of the tokenizer contract's signature.
         ``tokenizer``: the tokenizer contract the task already read (else it is read here)."""
 
     def chunks(self, items: Sequence[T], batch_size: int, label: str) -> Iterable[Sequence[T]]:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from torch import nn
 # The log's row type is plain data in the artifact (the metrics read the log without training).
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog  # noqa: F401 (re-exported)
 from seqcore.config import TrainConfig
+from seqcore.signature import migrated_contract
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
@@ -82,6 +84,8 @@ class TrainLoop:
     ) -> None:
         self.model, self.cfg, self.feed, self.ckpt = model, cfg, feed, ckpt
         self.contract, self.d_model, self.world = contract, d_model, world
+        # a guard, read up front: the train stage declares it whether or not a step is skipped
+        self.max_skips = cfg.max_consecutive_skips
         self.device = next(model.parameters()).device
         opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
         self.opt = opt_cls(model.parameters(), lr=0.0, betas=cfg.betas, eps=cfg.eps,
@@ -139,7 +143,8 @@ class TrainLoop:
         p = found.payload
         self._check_world(p.get("world", {"size": 1, "device_kind": "cpu"}), found.path)
         check_contract(*({k: v for k, v in c.items() if k not in D.RUNTIME_KEYS}
-                         for c in (p["contract"], self.contract)), str(found.path))
+                         for c in (migrated_contract(p["contract"]), self.contract)),
+                       str(found.path))
         self.model.load_state_dict(p["model"])
         self.opt.load_state_dict(p["optimizer"])
         self.scaler.load_state_dict(p["scaler"])
@@ -202,10 +207,10 @@ class TrainLoop:
         else:
             s.skipped += 1
             s.consecutive_skips += 1
-            if s.consecutive_skips >= cfg.max_consecutive_skips:
+            if s.consecutive_skips >= self.max_skips:
                 raise TooManySkippedSteps(
                     f"{s.consecutive_skips} non-finite gradient steps in a row at step "
-                    f"{s.step + 1} (train.max_consecutive_skips={cfg.max_consecutive_skips}); "
+                    f"{s.step + 1} (train.max_consecutive_skips={self.max_skips}); "
                     "lower train.lr, check the data, or use amp: none")
         self.scaler.update()
         s.step += 1
@@ -269,3 +274,24 @@ class TrainLoop:
                 if self.world.main:
                     self.ckpt.save_best(payload)
         return replace(entry, dev_nll=dev_nll)
+
+
+def adopt_migrated_folder(root: Path, name: str, contract: dict[str, Any]) -> str | None:
+    """Give a checkpoint folder written under an older training-contract format the name of
+    ``contract``'s folder, when the contracts agree once migrated (signature.migrated_contract:
+    format 1 held guard keys, which changed the folder's name but never the training).
+
+    Only when ``root / name`` does not exist; returns the old folder's name, if one was
+    renamed. The checkpoints keep their bytes: resume migrates their contract as it reads it.
+    """
+    if (root / name).exists() or not root.is_dir():
+        return None
+    want = {k: v for k, v in contract.items() if k not in D.RUNTIME_KEYS}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        found = CheckpointDir(folder, 1).latest_good()
+        stored = found.payload.get("contract", {}) if found else {}
+        if stored is not migrated_contract(stored) and want == {
+                k: v for k, v in migrated_contract(stored).items() if k not in D.RUNTIME_KEYS}:
+            folder.rename(root / name)
+            return folder.name
+    return None

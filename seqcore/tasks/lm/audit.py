@@ -11,6 +11,8 @@ from __future__ import annotations
 from seqcore import audit as A
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.config import Config
+from seqcore.hashing import digest, sha256_file
+from seqcore.signature import result_signature
 from seqcore.tasks.lm.corpus import lm_documents
 from seqcore.training.setups import lm_setup
 
@@ -22,6 +24,11 @@ def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     meta = files.meta
     diffs = A.same_value_diffs("contract signature", {
         "params + documents (recomputed)": setup.signature, "model file meta": meta.signature,
+        "results.json": files.results.contract_signature})
+    diffs += A.same_value_diffs("result signature", {
+        "model file + params (recomputed)": result_signature(
+            meta.signature, digest(meta.training_contract), sha256_file(cfg.paths.model),
+            None, None),
         "results.json": files.results.signature})
     return diffs + A.json_diffs("training contract", ("params + documents", "model file meta"),
                                 setup.contract, meta.training_contract)

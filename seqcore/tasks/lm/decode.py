@@ -6,7 +6,6 @@ from pathlib import Path
 
 from seqcore.artifacts.predictions import Predictions, PredictionsHeader
 from seqcore.config import Config, as_dict
-from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tasks.base import StageIO
 
@@ -16,7 +15,7 @@ def decode(cfg: Config, io: StageIO) -> None:
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     Predictions([]).save(out)
     PredictionsHeader(as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), 0,
-                      environment=producing_environment().as_dict(), task="lm",
+                      task="lm",
                       note="task lm: nothing to decode; evaluate reports perplexity"
                       ).save(out)
     io.note("task lm: nothing to decode")

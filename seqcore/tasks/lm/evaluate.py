@@ -12,7 +12,9 @@ from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
 from seqcore.data.documents import Document
+from seqcore.hashing import digest, sha256_file
 from seqcore.metrics.nulls import null_undefined
+from seqcore.signature import result_signature
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.tasks.lm.corpus import lm_documents
 from seqcore.training.distributed import checkpoint_folder_name
@@ -32,8 +34,12 @@ def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str
     saved = ModelFile.load(model_path)
     setup.model.load_state_dict(saved.weights)
     setup.model.eval()
-    folder = Path(cfg.paths.checkpoints) / checkpoint_folder_name(saved.meta.training_contract)
-    return {"signature": saved.meta.signature, "checkpoints": str(folder), **setup.report()}
+    contract = saved.meta.training_contract
+    folder = Path(cfg.paths.checkpoints) / checkpoint_folder_name(contract)
+    signed = result_signature(saved.meta.signature, digest(contract),
+                              sha256_file(model_path), None, None)
+    return {"signature": saved.meta.signature, "result_signature": signed,
+            "checkpoints": str(folder), **setup.report()}
 
 
 def report_markdown(signature: str, lm: dict[str, Any]) -> str:
@@ -52,10 +58,11 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     result = evaluate_lm(cfg, lm_documents(cfg), Path(cfg.paths.model))
     sig = result["signature"]
     io.note(f"contract: {sig}")
+    io.note(f"result: {result['result_signature']}")
     metrics = null_undefined(result["lm"])
     Metrics(metrics).save(cfg.paths.metrics)
-    Results({"task": "lm", "signature": sig, "checkpoints": result["checkpoints"]}).save(
-        cfg.paths.results)
+    Results({"task": "lm", "signature": result["result_signature"], "contract_signature": sig,
+             "checkpoints": result["checkpoints"]}).save(cfg.paths.results)
     Headline(metrics["test_ppl_carried"], error_rates=False).save(cfg.paths.headline)
     Path(cfg.paths.buckets).write_text("bucket,count\n")
     Path(cfg.evaluate.details_dir).mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """The pair tasks' own audit checks (``pipeline.audit`` asks a task for its ``audit`` piece).
 
-A pair result's contract signature is recomputed from the params and the tokenizer contract
-and must be the one every file records; the tokenizer hashes agree wherever they are
+A pair result's tokenizer, contract and result signatures are recomputed from the params,
+the tokenizer contract, the model file and the predictions header, and must be the ones
+every file records; the tokenizer hashes agree wherever they are
 recorded; and every count of the scored split (encoded examples, prediction lines, header
 rows, the metrics' counts) is the same number. No stage imports this module.
 """
@@ -14,19 +15,30 @@ from seqcore import audit as A
 from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.config import Config
-from seqcore.signature import contract_signature, training_contract
+from seqcore.hashing import digest, sha256_file
+from seqcore.metrics.recompute import resampling
+from seqcore.signature import (
+    contract_signature, result_signature, tokenizer_signature, training_contract)
 
 
 def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:
-    """The recomputed signature and training contract against every file that records
+    """The recomputed signatures and training contract against every file that records
     them, and the tokenizer hashes of the contract, the predictions header and the model."""
     tc, meta, header = files.tokenizer_contract, files.meta, files.header
-    sigs = {"params + tokenizer contract (recomputed)": contract_signature(cfg, tc)}
-    if tc.signature:
-        sigs["tokenizer contract"] = tc.signature
-    sigs |= {"model file meta": meta.signature, "predictions header": header.signature,
-             "metrics.json": files.results.signature}
-    diffs = A.same_value_diffs("contract signature", sigs)
+    diffs = A.same_value_diffs("tokenizer signature", {
+        "params + tokenizer contract (recomputed)": tokenizer_signature(cfg, tc),
+        "tokenizer contract": tc.signature})
+    diffs += A.same_value_diffs("contract signature", {
+        "params + tokenizer contract (recomputed)": contract_signature(cfg, tc),
+        "model file meta": meta.signature, "predictions header": header.signature,
+        "results.json": files.results.contract_signature})
+    draws = resampling(cfg).signature("group") if "interval_signature" in files.results.texts \
+        else None
+    diffs += A.same_value_diffs("result signature", {
+        "model file + predictions header + params (recomputed)": result_signature(
+            meta.signature, digest(meta.training_contract), sha256_file(cfg.paths.model),
+            header.decode, draws),
+        "results.json": files.results.signature})
     for side in ("src", "tgt"):
         diffs += A.same_value_diffs(f"tokenizer {side} sha256", {
             "tokenizer contract": tc.side(side).sha256,

@@ -16,7 +16,6 @@ from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.decoding.rescore import rescore
 from seqcore.determinism import resolve_device, set_determinism
-from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import StageIO
@@ -100,6 +99,5 @@ def decode(cfg: Config, io: StageIO) -> None:
     Predictions(rows).save(out)
     PredictionsHeader(
         as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), len(rows), sig,
-        trained_on=meta.trained_on(), tokenizer_sha256=tc.sha256(),
-        environment=producing_environment().as_dict(), note=note).save(out)
+        trained_on=meta.trained_on(), tokenizer_sha256=tc.sha256(), note=note).save(out)
     io.note(f"{len(rows)} {cfg.decode.split} examples -> {out}")

@@ -23,6 +23,7 @@ from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
 from seqcore.determinism import set_determinism
 from seqcore.g2p import is_illegal_phoneme
+from seqcore.hashing import digest
 from seqcore.metrics import plots
 from seqcore.metrics.comparison import NotComparable, paired_headline
 from seqcore.metrics.evaluation import (
@@ -33,6 +34,7 @@ from seqcore.metrics.recompute import eval_spec as spec_of
 from seqcore.metrics.recompute import resampling
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
+from seqcore.signature import result_signature
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.training.distributed import checkpoint_folder_name
@@ -61,15 +63,26 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     result = evaluate_predictions(rows, eval_spec(cfg), tf[split])
     coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
     meta = ModelFile.load(cfg.paths.model).meta
-    metrics = {"split": split, "signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
+    metrics = {"split": split, "signature": signed_result(cfg, sig, meta, header, result),
+               "contract_signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
                "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result),
                **interval_metrics(cfg, result), **baseline_metrics(cfg, rows, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
+    io.note(f"result: {metrics['signature']}")
     write_outputs(cfg, metrics, result, header, io)
     return Evaluated(metrics, sig, header, pred_path, tc)
+
+
+def signed_result(cfg: Config, sig: str, meta: ModelMeta, header: PredictionsHeader,
+                  result: Evaluation) -> str:
+    """The result signature of these figures (seqcore.signature.result_fields): the contract,
+    the training contract and model file hashes, the decode and bootstrap settings."""
+    draws = resampling(cfg).signature("group") if result.intervals else None
+    return result_signature(sig, digest(meta.training_contract), header.model_sha256,
+                            header.decode, draws)
 
 
 def interval_metrics(cfg: Config, result: Evaluation) -> dict[str, Any]:

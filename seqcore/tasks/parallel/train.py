@@ -9,6 +9,7 @@ import torch
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
 from seqcore.data.examples import read_examples
+from seqcore.signature import contract_signature
 from seqcore.tasks.base import StageIO
 from seqcore.training.distributed import World
 from seqcore.training.setups import Setup, seq2seq_setup
@@ -19,5 +20,7 @@ def training_setup(cfg: Config, io: StageIO, device: torch.device, world: World)
     enc = Path(cfg.paths.encoded)
     data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
     tc = TokenizerContract.load(cfg.paths.tokenizer_contract)
-    sig = io.contract(tc.signature, f"{cfg.paths.tokenizer}/contract.json", tc)
+    # the tokenizer's fields as params.yaml states them, then the loss: params that disagree
+    # with the tokenizer contract (an upstream stage not re-run) stop here
+    sig = io.contract(contract_signature(cfg, tc), "params.yaml", tc)
     return seq2seq_setup(cfg, tc, sig, data, device, world)
