@@ -28,7 +28,8 @@ from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
-from seqcore.training.checkpoint import CheckpointDir, load_blob
+from seqcore.blobs import load_blob
+from seqcore.training.checkpoint import CheckpointDir
 
 #: Stages redone by the default audit, in pipeline order.
 REDERIVED: dict[str, Callable[[Config], Any]] = {

@@ -30,7 +30,7 @@ from typing import Any
 from seqcore.artifacts.predictions import Predictions, PredictionRow, PredictionsHeader
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.metrics.comparison import NotComparable, compare_rows
-from seqcore.metrics.nulls import null_undefined
+from seqcore.nulls import null_undefined
 from seqcore.metrics.recompute import resampling
 from seqcore.signature import parse_signature
 from seqcore.tasks.parallel.evaluate import eval_spec

@@ -109,7 +109,7 @@ def test_lm_model_file_reads_back_its_shape_and_vocabulary(tmp_path: Path) -> No
 def test_a_model_file_with_non_finite_weights_is_refused_in_one_line(
         tmp_path: Path, bad: float) -> None:
     # its sha256 sidecar matches: the file is intact, the weights are not (a diverged run)
-    from seqcore.training.checkpoint import UnusableCheckpoint  # noqa: PLC0415
+    from seqcore.blobs import UnusableCheckpoint  # noqa: PLC0415
 
     weights = {"a": torch.ones(3), "b.weight": torch.tensor([1.0, bad]),
                "steps": torch.tensor([3])}
@@ -124,7 +124,7 @@ def test_a_model_file_with_non_finite_weights_is_refused_in_one_line(
 
 def test_model_file_of_another_schema_is_refused_in_one_line_naming_the_file(
         tmp_path: Path) -> None:
-    from seqcore.training.checkpoint import save_blob  # noqa: PLC0415
+    from seqcore.blobs import save_blob  # noqa: PLC0415
 
     path = tmp_path / "model.pt"
     save_blob(path, {"schema": 1, "model": {}, "meta": {}})

@@ -18,7 +18,7 @@ from pipeline.audit import main as audit_main
 from pipeline.dvc_lock import dvc_md5
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.signature import NO_RESULT_KEYS, inherited_diff
-from seqcore.training.checkpoint import load_blob, save_blob
+from seqcore.blobs import load_blob, save_blob
 from tests.pipeline_helpers import AUDIT_SAMPLE, run_audit, tool_env
 
 pytestmark = pytest.mark.e2e

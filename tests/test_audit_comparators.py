@@ -32,7 +32,7 @@ from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import first_difference, path_differences
 from seqcore.config import Config, config_from_dict
-from seqcore.training.checkpoint import save_blob
+from seqcore.blobs import save_blob
 from tests.pipeline_helpers import empty_mlflow_store
 
 SIDES = ("file", "recomputed")

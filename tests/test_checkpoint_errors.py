@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.training.checkpoint import (
-    SCHEMA_VERSION, CheckpointDir, UnusableCheckpoint, load_blob, save_blob)
+from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
+from seqcore.training.checkpoint import SCHEMA_VERSION, CheckpointDir
 
 
 def payload(step: int, value: float) -> dict:
@@ -84,7 +84,7 @@ def test_a_temp_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path: P
     import os  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
 
-    from seqcore.training.checkpoint import atomic_write  # noqa: PLC0415
+    from seqcore.blobs import atomic_write  # noqa: PLC0415
 
     dead_pid = subprocess.Popen(["true"])  # noqa: S607
     dead_pid.wait()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.predict import main
-from seqcore.training.checkpoint import load_blob, save_blob
+from seqcore.blobs import load_blob, save_blob
 from tests.pipeline_helpers import copy_result
 
 pytestmark = pytest.mark.slow  # the shared tiny result

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.training.checkpoint import (
-    CheckpointDir, ContractMismatch, check_contract, load_blob, save_blob)
+from seqcore.blobs import load_blob, save_blob
+from seqcore.training.checkpoint import CheckpointDir, ContractMismatch, check_contract
 from seqcore.errors import OneLineError
 from tests.factories import REPO
 from tests.programs.resume_worker import CKPT_EVERY, MAX_STEPS

@@ -203,7 +203,8 @@ def test_a_format_1_checkpoint_folder_is_adopted_under_its_new_name_and_no_other
     """The train stage finds no folder for the new contract's hash, finds the format-1
     folder of the same training and renames it (the weights are not retrained); a folder of
     another training, or of the current format, is left alone."""
-    from seqcore.training.checkpoint import SCHEMA_VERSION, save_blob  # noqa: PLC0415
+    from seqcore.blobs import save_blob  # noqa: PLC0415
+    from seqcore.training.checkpoint import SCHEMA_VERSION  # noqa: PLC0415
     from seqcore.training.distributed import checkpoint_folder_name  # noqa: PLC0415
     from seqcore.training.loop import adopt_migrated_folder  # noqa: PLC0415
 

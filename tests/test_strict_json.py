@@ -13,7 +13,7 @@ from seqcore.artifacts.base import write_json
 from seqcore.config import config_from_dict
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.artifacts.predictions import PredictionRow, Predictions
-from seqcore.metrics.nulls import null_undefined
+from seqcore.nulls import null_undefined
 from seqcore.metrics.recompute import recompute_metrics
 
 

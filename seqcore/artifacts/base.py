@@ -30,7 +30,7 @@ def json_text(obj: Any) -> str:
 
     ``allow_nan=False``: a NaN or infinity raises here instead of writing a bare ``NaN`` that
     most JSON readers reject; producers turn undefined values into ``null`` with a reason
-    first (seqcore.metrics.nulls, issue 13).
+    first (seqcore.nulls, issue 13).
     """
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
 

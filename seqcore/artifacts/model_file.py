@@ -19,7 +19,7 @@ from seqcore.config import ModelConfig, as_dict, config_from_dict
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.models.rnn_lm import RNNLMShape
-from seqcore.training.checkpoint import UnusableCheckpoint, load_blob, save_blob
+from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 (read by evaluate's report, the audit and `dvc metrics diff`).
 
 Numbers only. An undefined value (no dev evaluation ran: ``best_dev_nll`` is infinite) is
-written as ``null`` with a sibling ``<key>_null_reason`` (seqcore.metrics.nulls, issue 13).
+written as ``null`` with a sibling ``<key>_null_reason`` (seqcore.nulls, issue 13).
 The file carries no version field (bytes kept); a missing one reads as version 1.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
-from seqcore.metrics.nulls import NULL_REASON_SUFFIX, null_undefined
+from seqcore.nulls import NULL_REASON_SUFFIX, null_undefined
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from seqcore.metrics.evaluation import (
     EvalSpec, evaluate_predictions, prediction_metrics)
 from seqcore.metrics.bootstrap import Resampling
 from seqcore.metrics.failures import FailureRules
-from seqcore.metrics.nulls import null_undefined
+from seqcore.nulls import null_undefined
 
 
 def eval_spec(cfg: Config, illegal_symbol: Callable[[str], bool] | None) -> EvalSpec:

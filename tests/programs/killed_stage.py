@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+import seqcore.blobs as blobs
 import seqcore.training.checkpoint as checkpoint
 
 
@@ -40,14 +41,14 @@ def kill_after(name: str) -> None:
 
 
 def kill_during(name: str) -> None:
-    real = checkpoint.atomic_write
+    real = blobs.atomic_write
 
     def dying_write(path: Path, data: bytes) -> None:
         if path.name == name:
             path.with_name(f".{path.name}.tmp-{os.getpid()}").write_bytes(data[: len(data) // 2])
             die()
         real(path, data)
-    checkpoint.atomic_write = dying_write
+    blobs.atomic_write = dying_write  # save_blob writes every blob through it
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
 from seqcore.data.documents import Document
 from seqcore.hashing import digest, sha256_file
-from seqcore.metrics.nulls import null_undefined
+from seqcore.nulls import null_undefined
 from seqcore.signature import result_signature
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.tasks.lm.corpus import lm_documents

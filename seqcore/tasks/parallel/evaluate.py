@@ -29,7 +29,7 @@ from seqcore.metrics.comparison import NotComparable, paired_headline
 from seqcore.metrics.evaluation import (
     EvalSpec, Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics,
     teacher_metrics)
-from seqcore.metrics.nulls import null_undefined
+from seqcore.nulls import null_undefined
 from seqcore.metrics.recompute import eval_spec as spec_of
 from seqcore.metrics.recompute import resampling
 from seqcore.metrics.report import render_report, training_summary, write_csv
