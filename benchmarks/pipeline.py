@@ -55,13 +55,14 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from pipeline import evaluate as E
-from pipeline.tracking import build_record, log_or_keep
+from pipeline.tracking import RunOrigin, build_record, log_or_keep
 from seqcore.config import load_config
 t1 = time.perf_counter()
 cfg = load_config("params.yaml")
 out = E.run(cfg)
 t2 = time.perf_counter()
-rec = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path, out.contract)
+rec = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path, out.contract,
+                   RunOrigin.from_environment())
 t3 = time.perf_counter()
 rid = log_or_keep(rec, Path(cfg.paths.mlflow_pending))
 t4 = time.perf_counter()

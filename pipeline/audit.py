@@ -27,7 +27,7 @@ from pipeline import audit_rederive as R
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
-from pipeline.tracking import build_record, read_yaml12, tracking_uri
+from pipeline.tracking import RunOrigin, build_record, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
@@ -184,7 +184,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
                 with contextlib.suppress(Exception):
                     R.rederive_diffs(cfg, lock, "evaluate", done)
             _run(report, "mlflow run", lambda: mlflow_diffs(
-                cfg, run, expected_record(cfg, done, run.data.tags.get("dvc.exp.name")), lock))
+                cfg, run, expected_record(cfg, done, run), lock))
     if report.wants("environment"):
         try:
             report.warn("environment", environment_diffs(run), strict_env)
@@ -201,26 +201,20 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     return report
 
 
-def expected_record(cfg: Config, done: dict[str, Any], exp_name: str | None) -> RunRecord:
-    """The MLflow record the evaluate stage would log now, from the evaluation redone.
-
-    ``exp_name``: the run's ``dvc.exp.name`` tag. Under ``dvc exp run`` DVC names the
-    experiment in DVC_EXP_NAME, which the run name and note lead with; the audit runs outside
-    it, so it takes the name from the run (the tag itself is compared like any other).
-    """
+def expected_record(cfg: Config, done: dict[str, Any], run: Any) -> RunRecord:
+    """The MLflow record the evaluate stage would log now, from the evaluation redone, with
+    the origin ``run`` records: its DVC experiment (``dvc.exp.name``: `dvc exp run` names it
+    to the stage, the audit runs outside) and the commit its params were compared with for
+    its name (``git.commit``; the audit's HEAD may be a later commit, e.g. the result's own:
+    issue 30). Who audits, where and when is not part of the record."""
     if "evaluate" not in done:
         raise LookupError("needs the evaluation redone (see 'evaluate redone')")
     out = done["evaluate"]
-    saved = os.environ.pop("DVC_EXP_NAME", None)
-    if exp_name:
-        os.environ["DVC_EXP_NAME"] = exp_name
-    try:
-        return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
-                            out.contract)
-    finally:
-        os.environ.pop("DVC_EXP_NAME", None)
-        if saved is not None:
-            os.environ["DVC_EXP_NAME"] = saved
+    tags = run.data.tags
+    commit = tags.get("git.commit", "none")
+    origin = RunOrigin(tags.get("dvc.exp.name"), commit if commit != "none" else "HEAD")
+    return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
+                        out.contract, origin)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
-from pipeline.tracking import build_record, log_or_keep
+from pipeline.tracking import RunOrigin, build_record, log_or_keep
 from seqcore.config import Config
 from seqcore.tasks import get_task
 from seqcore.tasks.base import Evaluated
@@ -26,7 +26,7 @@ def main() -> None:
     cfg = load(__doc__)
     out = run(cfg)
     record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
-                          out.contract)
+                          out.contract, RunOrigin.from_environment())
     log_or_keep(record, Path(cfg.paths.mlflow_pending))
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,8 @@ from seqcore.config import (
 from seqcore.credentials import redact_text, redact_uri
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
-from seqcore.signature import SIGNATURE_FORMAT, derived_params, result_params
+from seqcore.signature import SIGNATURE_FORMAT, result_params
+from seqcore.tasks import get_task
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
@@ -104,7 +105,7 @@ def contract_params(cfg: Config, tc: TokenizerContract, sig: str) -> dict[str, A
         data["data.raw.sha256"] = manifest.raw.sha256
     return (result_params(cfg)
             | {f"tokenizer.contract.{k}": v for k, v in flatten(tc.as_json()).items()}
-            | data | derived_params(cfg) | {"contract.signature": sig})
+            | data | get_task(cfg.task).derived_params(cfg) | {"contract.signature": sig})
 
 
 def train_curve(train_log: Path) -> list[tuple[str, int, float]]:
@@ -178,8 +179,8 @@ def env_tags(environment: dict[str, str]) -> dict[str, str]:
     return {f"env.{k}": v for k, v in environment.items()}
 
 
-def run_tags(cfg: Config, sig: str, tc: TokenizerContract,
-             header: PredictionsHeader) -> dict[str, str]:
+def run_tags(cfg: Config, sig: str, tc: TokenizerContract, header: PredictionsHeader,
+             exp_name: str | None) -> dict[str, str]:
     """Hashes that tie the run to its inputs (audit compares them with the files)."""
     lock = Path("dvc.lock")
     upstream = upstream_lock_digest(read_yaml12(lock)) if lock.exists() else "none"
@@ -193,8 +194,8 @@ def run_tags(cfg: Config, sig: str, tc: TokenizerContract,
     # Where the model was trained (device kind, processes, backend), from the model file's
     # contract through the predictions header (issue 16); absent in older headers.
     tags |= {f"trained_on.{k}": str(v) for k, v in (header.trained_on or {}).items()}
-    if os.environ.get("DVC_EXP_NAME"):
-        tags["dvc.exp.name"] = os.environ["DVC_EXP_NAME"]
+    if exp_name:
+        tags["dvc.exp.name"] = exp_name
     return tags
 
 
@@ -230,10 +231,10 @@ def baseline_params(rev: str) -> dict[str, Any]:
         return {}
 
 
-def changed_params(cfg: Config) -> dict[str, tuple[Any, Any]]:
+def changed_params(cfg: Config, base_rev: str) -> dict[str, tuple[Any, Any]]:
     """key -> (baseline value, this run's value) for every param that differs from the
-    baseline commit (DVC_EXP_BASELINE_REV inside `dvc exp run`, else HEAD)."""
-    base = baseline_params(os.environ.get("DVC_EXP_BASELINE_REV") or "HEAD")
+    baseline commit ``base_rev`` (RunOrigin)."""
+    base = baseline_params(base_rev)
     if not base:
         return {}
     return {k: (base.get(k), v) for k, v in result_params(cfg).items() if base.get(k) != v}
@@ -299,18 +300,35 @@ def new_record(cfg: Config, run_name: str, params: dict[str, Any], metrics: dict
                      dataset_inputs(cfg))
 
 
+@dataclass(frozen=True)
+class RunOrigin:
+    """Where a run comes from, besides its files: the DVC experiment it belongs to (None
+    outside ``dvc exp run``) and the commit its params are compared with for its name."""
+
+    exp_name: str | None = None
+    base_rev: str = "HEAD"
+
+    @classmethod
+    def from_environment(cls) -> RunOrigin:
+        """As DVC states it to a stage: DVC_EXP_NAME and DVC_EXP_BASELINE_REV inside
+        `dvc exp run`, else no experiment and the checked-out commit."""
+        return cls(os.environ.get("DVC_EXP_NAME") or None,
+                   os.environ.get("DVC_EXP_BASELINE_REV") or "HEAD")
+
+
 def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: PredictionsHeader,
-                 pred_path: Path, tc: TokenizerContract) -> RunRecord:
-    """Everything one MLflow run of the evaluate stage holds (kept and replayed as JSON)."""
+                 pred_path: Path, tc: TokenizerContract, origin: RunOrigin) -> RunRecord:
+    """Everything one MLflow run of the evaluate stage holds (kept and replayed as JSON); a
+    function of its arguments, the files and the checkout (no environment variable)."""
     numeric = {k: v for k, v in flatten(metrics).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    changed = changed_params(cfg)
-    name = run_name(os.environ.get("DVC_EXP_NAME"), changed, digest(sig)[:8])
+    changed = changed_params(cfg, origin.base_rev)
+    name = run_name(origin.exp_name, changed, digest(sig)[:8])
     numeric, counts = split_counts(numeric)
     # Text values of the results (metric signatures, the split) are not metrics: keep them
     # as tags so nothing of metrics.json/results.json is dropped.
     texts = {f"metrics.{k}": v for k, v in flatten(metrics).items() if isinstance(v, str)}
-    tags = texts | counts | run_tags(cfg, sig, tc, header)
+    tags = texts | counts | run_tags(cfg, sig, tc, header, origin.exp_name)
     tags |= source_tags(tags.get("git.commit", "none"))
     tags["mlflow.note.content"] = run_note(name, metrics, changed)
     return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags,

@@ -252,26 +252,17 @@ def training_contract(cfg: Config, tokenizer_contract: TokenizerContract) -> dic
 
 
 def derived_params(cfg: Config) -> dict[str, str]:
-    """Contract rules fixed by code rather than params.yaml, logged next to the params.
+    """Contract rules fixed by the shared training loop rather than params.yaml, logged next
+    to the params (each task adds its own: ``Task.derived_params``).
 
-    They restate the documented order of seqcore/training/loop.py and seqcore/contract.py so
-    that a run record answers "where is the gradient clipped?" without reading the source.
+    They restate the documented order of seqcore/training/loop.py so that a run record
+    answers "where is the gradient clipped?" without reading the source.
     """
-    tr, seq = cfg.train, cfg.sequence
+    tr = cfg.train
     return {
         "derived.signature.format": str(SIGNATURE_FORMAT),
         "derived.clip.where": "after unscale, after all micro-batches of the step",
         "derived.clip.norm": "global L2 over all parameters" if tr.clip_norm > 0 else "off",
-        "derived.batch.unit": "sequences per micro-batch",
-        "derived.batch.sequences_per_step": str(tr.batch_size * tr.accum_steps),
-        "derived.batch.bucketing": f"target length buckets of width {tr.bucket_width}",
-        "derived.loss.denominator": "valid label tokens of all micro-batches of the step"
-        if seq.loss_norm == "token-mean" else seq.loss_norm,
-        "derived.eos": "every kept target ends with EOS" if seq.overlong == "drop"
-        else "a truncated target has no EOS",
-        "derived.teacher_forcing": "decoder input = BOS + target; labels = target + EOS",
-        "derived.bptt": "n/a (no recurrence)" if cfg.model.family == "transformer"
-        else "full sequence, state reset per sequence (no truncated BPTT)",
         "derived.checkpoint.select": "lowest dev token NLL" if tr.select == "best_dev"
         else "last step",
     }

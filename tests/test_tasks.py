@@ -124,3 +124,17 @@ def test_lm_signature_has_the_fields_of_the_parallel_signature_in_order() -> Non
     assert list(lm) == list(pairs)
     assert (lm["task"], lm["fmt"], lm["version"]) == ("lm", pairs["fmt"], pairs["version"])
     assert lm["trunc"] == "bptt-5" and lm["src"] == lm["tgt"]
+
+
+def test_each_task_states_its_own_rules_in_the_run_and_no_other_tasks() -> None:
+    """The MLflow run's ``derived.*`` claims come from the task (issue 26): an lm run is a
+    stream with truncated BPTT, never "no truncated BPTT" or an encoder-decoder shift."""
+    lm = get_task("lm").derived_params(config_from_dict(LM))
+    pair = get_task("g2p").derived_params(config_from_dict({"model": {"family": "gru"}}))
+    assert lm.keys() == pair.keys()
+    assert lm["derived.bptt"].startswith("truncated BPTT over segments of 5 characters")
+    assert lm["derived.batch.sequences_per_step"] == "2 streams x 5 characters"
+    assert "target" not in lm["derived.teacher_forcing"]
+    assert pair["derived.bptt"] == "full sequence, state reset per sequence (no truncated BPTT)"
+    assert pair["derived.teacher_forcing"] == "decoder input = BOS + target; labels = target + EOS"
+    assert lm["derived.clip.where"] == pair["derived.clip.where"]  # the shared loop's

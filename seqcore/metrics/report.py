@@ -221,7 +221,10 @@ def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any
     lines += ["", "## Failure modes", ""] + _failures(ev, rules)
     lines += ["", "## Plots", ""] + [f"![{t}]({p})" for t, p in images.items()]
     sig = metrics["signature"]
-    lines += ["", "## Contract", "", f"`{sig}`", "", "| field | value |", "|---|---|"]
+    lines += ["", "## Result signature", "", "Quote it beside any number of this report: the "
+              "contract (data, tokenizers, lengths, loss), the training contract and model "
+              "hashes, the decode and bootstrap settings (docs/mlflow.md).", "",
+              f"`{sig}`", "", "| field | value |", "|---|---|"]
     lines += [f"| {part.split(':', 1)[0]} | {part.split(':', 1)[-1]} |" for part in sig.split("|")]
     lines += ["", "## Decode settings", "", "```json", json.dumps(decode, indent=2,
                                                                   sort_keys=True), "```", ""]

@@ -23,6 +23,7 @@ from typing import Any
 
 from seqcore.config import Config, DataConfig
 from seqcore.errors import OneLineError
+from seqcore.signature import derived_params
 
 
 class TaskError(OneLineError, ValueError):
@@ -85,6 +86,12 @@ class Task:
         """evaluate: write metrics, results, headline, buckets, details and report; return
         the seqcore.tasks.base.Evaluated the stage builds the MLflow record from."""
         return self.piece("evaluate").evaluate(cfg, io)
+
+    def derived_params(self, cfg: Config) -> dict[str, str]:
+        """evaluate: the rules fixed by code that the MLflow run states beside the params
+        (``derived.*``): the training loop's (seqcore.signature.derived_params), then this
+        task's batching, loss, EOS, teacher-forcing and BPTT rules."""
+        return derived_params(cfg) | self.piece("evaluate").derived_params(cfg)
 
     # The audit's piece, ``<package>.audit`` (no stage: pipeline.audit asks for it). ``files``
     # is a seqcore.artifacts.result_files.ResultFiles; each returns one line per mismatch.

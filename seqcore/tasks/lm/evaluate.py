@@ -42,6 +42,25 @@ def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str
             "checkpoints": str(folder), **setup.report()}
 
 
+def derived_params(cfg: Config) -> dict[str, str]:
+    """The lm task's rules fixed by code (seqcore/training/lm.py, StreamBatcher), as the
+    MLflow run states them (``Task.derived_params``): a stream of documents, not pairs."""
+    tr, seq = cfg.train, cfg.sequence
+    return {
+        "derived.batch.unit": "parallel document streams per micro-batch",
+        "derived.batch.sequences_per_step": f"{tr.batch_size * tr.accum_steps} streams x "
+                                            f"{tr.bptt_len} characters",
+        "derived.batch.bucketing": "none: each stream reads its documents in order",
+        "derived.loss.denominator": "sum" if seq.loss_norm == "sum"
+        else "valid label characters of all micro-batches of the step (sequence-mean falls "
+             "back to token-mean in a stream)",
+        "derived.eos": "every document ends with EOS; documents are never cut by length",
+        "derived.teacher_forcing": "input = BOS + text; labels = text + EOS (next character)",
+        "derived.bptt": f"truncated BPTT over segments of {tr.bptt_len} characters; the state "
+                        "is carried (detached) across segments and reset at each document",
+    }
+
+
 def report_markdown(signature: str, lm: dict[str, Any]) -> str:
     """report.md of the lm task: the contract and the perplexity table."""
     lines = ["# Language-model report", "", f"Contract: `{signature}`", "",

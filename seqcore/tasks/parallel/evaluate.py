@@ -76,6 +76,24 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     return Evaluated(metrics, sig, header, pred_path, tc)
 
 
+def derived_params(cfg: Config) -> dict[str, str]:
+    """The pair tasks' rules fixed by code (seqcore/contract.py, the bucketed feed), as the
+    MLflow run states them (``Task.derived_params``)."""
+    tr, seq = cfg.train, cfg.sequence
+    return {
+        "derived.batch.unit": "sequences per micro-batch",
+        "derived.batch.sequences_per_step": str(tr.batch_size * tr.accum_steps),
+        "derived.batch.bucketing": f"target length buckets of width {tr.bucket_width}",
+        "derived.loss.denominator": "valid label tokens of all micro-batches of the step"
+        if seq.loss_norm == "token-mean" else seq.loss_norm,
+        "derived.eos": "every kept target ends with EOS" if seq.overlong == "drop"
+        else "a truncated target has no EOS",
+        "derived.teacher_forcing": "decoder input = BOS + target; labels = target + EOS",
+        "derived.bptt": "n/a (no recurrence)" if cfg.model.family == "transformer"
+        else "full sequence, state reset per sequence (no truncated BPTT)",
+    }
+
+
 def signed_result(cfg: Config, sig: str, meta: ModelMeta, header: PredictionsHeader,
                   result: Evaluation) -> str:
     """The result signature of these figures (seqcore.signature.result_fields): the contract,
