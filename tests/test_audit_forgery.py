@@ -12,12 +12,14 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import mlflow
 import pytest
+import yaml
 from dvc.repo import Repo
 
 from pipeline import evaluate
@@ -323,3 +325,28 @@ def test_rebuild_names_the_first_divergent_stage() -> None:
     assert stage_out_diffs(["a", "b", "c"], lock, rebuilt) == [
         "first divergent stage: b", "b: b: rebuilt md5 2, dvc.lock records 1",
         "c: c: rebuilt md5 3, dvc.lock records 1"]
+
+
+@pytest.mark.slow
+def test_committing_a_changed_result_as_documented_keeps_its_audit_passing(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The false alarm of issue 30: a run named after the params it changed (against the
+    commit it was made from), then committed with params.yaml, dvc.lock and reports (the
+    documented order) - the audit rebuilds the record against the commit the run recorded,
+    not against the result's own commit (where nothing differs)."""
+    repo = copy_result(audit_result[0], tmp_path / "copy")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params.setdefault("evaluate", {})["bucket_edges"] = [3, 5]
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    out = subprocess.run([shutil.which("dvc", path=tool_env()["PATH"]) or "dvc", "repro"],
+                         cwd=repo, env=tool_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id],
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    assert runs[0].info.run_name.startswith("bucket_edges=[3, 5]")
+    subprocess.run(["git", "add", "params.yaml", "dvc.lock", "reports"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm",
+                    "result"], cwd=repo, check=True)
+    report = run_audit(repo, monkeypatch, only=("evaluate redone", "mlflow run"))
+    assert report.ok, report.render()
