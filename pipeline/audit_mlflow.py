@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.dvc_lock import upstream_lock_digest
+from pipeline.registry import ARTIFACT, MODEL_NAME, decode_json
 from pipeline.tracking import param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.run_record import RunRecord
@@ -183,6 +184,7 @@ def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
     diffs += [f"run {rid} {d}" for d in art]
     diffs += [f"run {rid} {d}" for d in tag_diffs(record, run.data.tags, lock_sha)]
     diffs += [f"run {rid} {d}" for d in dataset_diffs(run, record)]
+    diffs += [f"run {rid} {d}" for d in model_diffs(client, run, record)]
     return diffs + claimant_diffs(client, run, finals)
 
 
@@ -203,6 +205,52 @@ def dataset_diffs(run: Any, record: RunRecord) -> list[str]:
     for name in sorted(set(want) & set(got)):
         diffs += [f"dataset {name}: {k}: {RUN} has {got[name][k]!r}, {PIPELINE} has {v!r}"
                   for k, v in want[name].items() if got[name].get(k) != v]
+    return diffs
+
+
+def model_diffs(client: Any, run: Any, record: RunRecord) -> list[str]:
+    """The run's logged model (pipeline/registry.py) against the record: one model, whose
+    packed files have the sha256 of the result's files (the model file, its sidecar, the
+    tokenizer) and whose decode.json holds the decode settings; and, when the record names a
+    registered model, one version of it from this run with the record's version tags."""
+    import mlflow  # noqa: PLC0415
+
+    rid = run.info.run_id
+    found = list(client.search_logged_models([run.info.experiment_id],
+                                             filter_string=f"source_run_id = '{rid}'"))
+    want = record.model
+    if want is None:
+        return [f"logged model {m.name}: {RUN} has it, the pipeline logs none" for m in found]
+    if len(found) != 1:
+        return [f"logged model: {RUN} has {len(found)}, the pipeline logs one ({MODEL_NAME})"]
+    diffs = []
+    with tempfile.TemporaryDirectory(prefix="audit-model-") as tmp:
+        folder = Path(mlflow.artifacts.download_artifacts(
+            artifact_uri=f"{found[0].artifact_location.rstrip('/')}/artifacts/{ARTIFACT}",
+            dst_path=tmp, tracking_uri=client.tracking_uri))
+        got = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    expected = {name: sha for name, sha in want["sha256"].items()}
+    for name in sorted(set(got) | set(expected) | {"decode.json"}):
+        if name == "decode.json":
+            diffs += first_difference(f"logged model file {name}", (RUN, PIPELINE),
+                                      got.get(name, b""), decode_json(want["decode"]).encode())
+        elif name not in got or name not in expected:
+            diffs.append(f"logged model file {name}: only in "
+                         f"{RUN if name in got else 'the result'}")
+        elif hashlib.sha256(got[name]).hexdigest() != expected[name]:
+            diffs.append(f"logged model file {name}: {RUN} has sha256 "
+                         f"{hashlib.sha256(got[name]).hexdigest()[:12]}, the result's "
+                         f"{want['files'][name]} has {expected[name][:12]}")
+    if want["name"]:
+        versions = list(client.search_model_versions(
+            f"name = '{want['name']}' and run_id = '{rid}'"))
+        if len(versions) != 1:
+            diffs.append(f"registered model {want['name']}: {len(versions)} versions from "
+                         f"{RUN}, the pipeline registers one")
+        else:
+            diffs += [f"registered model {want['name']} version {versions[0].version} tag {k}: "
+                      f"has {versions[0].tags.get(k)!r}, {PIPELINE} has {v!r}"
+                      for k, v in sorted(want["tags"].items()) if versions[0].tags.get(k) != v]
     return diffs
 
 

@@ -15,27 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
-from pipeline.stage import signature, tokenizer_contract
-from seqcore.artifacts.model_file import ModelFile
+from pipeline.stage import signature
 from seqcore.config import ConfigError, load_config
-from seqcore.data.examples import Example
-from seqcore.data.inputs import SourceInput, check_source
 from seqcore.errors import OneLineError
-from seqcore.decoding.factory import make_decoder
-from seqcore.decoding.predictions import decode_examples
-from seqcore.tokenizer import load_tokenizers
-from seqcore.determinism import set_determinism
-
-
-def output_problem(tokens: list[int], eos: bool, unk: int, max_len: int) -> str:
-    """Why a decoded output is not an answer ("" when it is)."""
-    if unk in tokens:
-        return "the model produced an unknown token"
-    if not eos:
-        return f"no end of sequence within decode.max_len {max_len}"
-    return ""
+from seqcore.predictor import Answer, Predictor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,12 +49,9 @@ def main(argv: list[str] | None = None) -> int:
               "stdin", file=sys.stderr)
         return 2
     try:  # a missing, corrupt or refused model or tokenizer: one line, exit 1
-        saved = ModelFile.load(cfg.paths.model)
-        model, meta = saved.build(), saved.meta
-        tc = tokenizer_contract(cfg)
-        signature(cfg, "predict", meta.signature, cfg.paths.model, contract=tc,
-                  quiet=not args.verbose)
-        toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
+        predictor = Predictor.load(cfg.paths.model, cfg.paths.tokenizer_contract, cfg.decode)
+        signature(cfg, "predict", predictor.saved.meta.signature, cfg.paths.model,
+                  contract=predictor.toks.contract, quiet=not args.verbose)
     except OneLineError as err:
         print(f"[predict] {err}", file=sys.stderr)
         return 1
@@ -79,19 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[predict] {err.filename}: missing; run `dvc repro` (or `dvc pull`) first",
               file=sys.stderr)
         return 1
-    checked = [SourceInput(line.decode("utf-8", "backslashreplace"), "", [], "not valid UTF-8")
-               if isinstance(line, bytes) else
-               check_source(line, toks.text, toks.src, meta.max_src_len) for line in lines]
-    good = [i for i, c in enumerate(checked) if not c.problem]
-    examples = [Example(str(i), str(i), checked[i].text, "", checked[i].ids, [], True)
-                for i in good]
-    set_determinism(cfg.decode.seed, cfg.train.threads)
-    with torch.inference_mode():
-        rows = decode_examples(model, examples, make_decoder(cfg.decode, toks.ids), toks.ids,
-                               toks.tgt, cfg.decode.batch_size)
-    answers = {int(r.id): (r.hypothesis, output_problem(r.tokens, r.eos, toks.ids.unk,
-                                                        cfg.decode.max_len)) for r in rows}
-    return report(checked, answers)
+    return report(predictor.answer(lines))
 
 
 def split_lines(data: bytes) -> list[str | bytes]:
@@ -107,17 +75,14 @@ def split_lines(data: bytes) -> list[str | bytes]:
     return out
 
 
-def report(checked: list[SourceInput], answers: dict[int, tuple[str, str]]) -> int:
+def report(answers: list[Answer]) -> int:
     """Print answers to stdout and problems to stderr, in input order; 1 if any line failed."""
-    failed = 0
-    for i, c in enumerate(checked):
-        output, problem = answers.get(i, ("", c.problem))
-        if problem:
-            failed += 1
-            print(f"[predict] line {i + 1} {c.raw!r}: {problem}", file=sys.stderr)
+    for i, a in enumerate(answers):
+        if a.problem:
+            print(f"[predict] line {i + 1} {a.source!r}: {a.problem}", file=sys.stderr)
         else:
-            print(f"{c.raw}\t{output}", flush=True)
-    return 1 if failed else 0
+            print(f"{a.source}\t{a.output}", flush=True)
+    return 1 if any(a.problem for a in answers) else 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 
 from pipeline.dvc_lock import upstream_lock_digest
 from pipeline.lineage import dataset_inputs
+from pipeline.registry import log_model, model_entry
 from seqcore import __version__
 from seqcore.artifacts.manifests import PreparedManifest, manifest_path
 from seqcore.artifacts.predictions import PredictionsHeader
@@ -293,11 +294,12 @@ def run_images(details: Path) -> dict[str, str]:
 
 def new_record(cfg: Config, run_name: str, params: dict[str, Any], metrics: dict[str, Any],
                tags: dict[str, str], texts: dict[str, str],
-               images: dict[str, str] | None = None) -> RunRecord:
+               images: dict[str, str] | None = None,
+               model: dict[str, Any] | None = None) -> RunRecord:
     """The one record builder: the store, experiment and training curve come from ``cfg``."""
     return RunRecord(tracking_uri(cfg.mlflow.tracking_uri), experiment_name(cfg), run_name,
                      params, metrics, train_curve(Path(cfg.paths.train_log)), tags, texts, images,
-                     dataset_inputs(cfg))
+                     dataset_inputs(cfg), model)
 
 
 @dataclass(frozen=True)
@@ -332,7 +334,8 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: Predict
     tags |= source_tags(tags.get("git.commit", "none"))
     tags["mlflow.note.content"] = run_note(name, metrics, changed)
     return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags,
-                      run_texts(cfg, pred_path), run_images(Path(cfg.evaluate.details_dir)))
+                      run_texts(cfg, pred_path), run_images(Path(cfg.evaluate.details_dir)),
+                      model_entry(cfg, header, pred_path, tc, tags))
 
 
 def artifact_location(uri: str, experiment: str) -> str | None:
@@ -377,6 +380,8 @@ def log_run(record: RunRecord) -> str:
             local = Path(tmp) / Path(name).name
             local.write_bytes(base64.b64decode(data))
             client.log_artifact(rid, str(local), str(Path(name).parent))
+    if record.model:
+        log_model(record, rid)
     client.set_terminated(rid)
     return rid
 

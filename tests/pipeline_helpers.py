@@ -110,6 +110,11 @@ def copy_result(src: Path, dest: Path) -> Path:
                        "replace(artifact_location, ?, ?)", (str(src), str(dest)))
             db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)",
                        (str(src), str(dest)))
+            # the result's logged model and its registered versions (issue 29)
+            db.execute("UPDATE logged_models SET artifact_location = "
+                       "replace(artifact_location, ?, ?)", (str(src), str(dest)))
+            db.execute("UPDATE model_versions SET storage_location = "
+                       "replace(storage_location, ?, ?)", (str(src), str(dest)))
     return dest
 
 

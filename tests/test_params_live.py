@@ -200,6 +200,8 @@ NOT_RESULTS: dict[str, str] = {
     "evaluate.details_dir": "a path (the folder of plot data and images)",
     "mlflow.tracking_uri": "where the run is logged; no DVC-tracked output depends on it",
     "mlflow.experiment": "the MLflow experiment name the run is logged under",
+    "mlflow.registered_model": "the Model Registry name the run's model is registered under "
+                               "(tests/test_registry.py); no DVC-tracked output depends on it",
     "train.log_every": "how often a progress line goes to stderr (logging)",
     "train.resume": "resuming gives identical losses and model (tests/test_resume.py, "
                     "tests/test_resume_stage.py); fresh only deletes old checkpoints",

@@ -17,6 +17,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,36 @@ def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
     assert {"params.yaml", "reports/metrics.json", "reports/report.md",
             "predictions/test.header.json"} <= compared
     assert not (person_a.repo / "mlartifacts").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_answers(
+        person_a: PersonA, team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The team stack (PostgreSQL + S3 behind the MLflow server) stores the result's model,
+    registers a version of it, and serves it back: the packed model file is the DVC-tracked
+    one, and the loaded model answers as `python -m pipeline.predict` (issue 29)."""
+    import mlflow  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415
+
+    client, s3 = mlflow.MlflowClient(team.mlflow), team.s3.client()
+    (version,) = client.search_model_versions(f"name = '{EXPERIMENT}' and "
+                                              f"run_id = '{person_a.run_id}'")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=MLFLOW_BUCKET)["Contents"]]
+    (key,) = [k for k in keys if k.endswith("/artifacts/result/model.pt")]
+    stored = s3.get_object(Bucket=MLFLOW_BUCKET, Key=key)["Body"].read()
+    assert stored == (person_a.repo / "models/model.pt").read_bytes()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", team.mlflow)
+    model = mlflow.pyfunc.load_model(f"models:/{EXPERIMENT}/{version.version}")
+    words = ["cat", "", "ß☃q"]
+    got = model.predict(pd.DataFrame({"source": words}))
+    res = subprocess.run([sys.executable, "-m", "pipeline.predict", *words], cwd=person_a.repo,
+                         env=base_env(), capture_output=True, text=True)
+    problems = [line.split(": ", 1)[1] for line in res.stderr.splitlines()
+                if line.startswith("[predict] line ")]
+    assert [q for q in got["problem"] if q] == problems
+    assert version.tags["model.sha256"] == (person_a.repo / "models/model.pt.sha256"
+                                            ).read_text().strip()
 
 
 def lock_md5(repo: Path, path: str) -> str:

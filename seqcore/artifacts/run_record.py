@@ -28,6 +28,9 @@ class RunRecord:
         images: artifact name -> base64 PNG; None (not written) for a run without plots.
         datasets: the run's dataset inputs (pipeline/lineage.py: name, digest, source_type,
             source, profile, context); None (not written) in a record made before them.
+        model: the MLflow model of the result (pipeline/tracking.py model_entry: the files
+            it packs with their sha256, the decode settings, the registered name and version
+            tags); None for a result with no decoder (task lm) and records before issue 29.
     """
 
     #: Records carry no version field (bytes kept); a missing one reads as version 1.
@@ -43,10 +46,11 @@ class RunRecord:
     texts: dict[str, str]
     images: dict[str, str] | None = None
     datasets: list[dict[str, str]] | None = None
+    model: dict[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()
-                if v is not None or k not in ("images", "datasets")}
+                if v is not None or k not in ("images", "datasets", "model")}
 
     @classmethod
     def save_all(cls, path: str | Path, records: list[RunRecord]) -> None:

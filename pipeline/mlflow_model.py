@@ -1,0 +1,74 @@
+"""The MLflow model of a seqcore result: a pyfunc from code (no pickle), issue 29.
+
+MLflow copies this file into the logged model (``python_model`` = this path) and runs it at
+load time; the library travels beside it (``code_paths``), the weights, tokenizers and decode
+settings as artifacts. Loading reads the weights with ``weights_only`` and checks their
+sha256 sidecar, as every other reader of the model file does.
+
+Input: a DataFrame (or list of strings) with a ``source`` column. Output per row, exactly as
+``python -m pipeline.predict`` answers: ``source``, ``prediction`` and ``score`` (log
+probability), and ``problem``: why there is no answer ("" when there is one; an empty,
+unseen-character or overlong input, or an output without an end), with ``prediction`` and
+``score`` empty then, as predict reports such a line instead of answering it. An input that
+is not a ``source`` column of strings fails the request with one line (HTTP 400 from
+``mlflow models serve``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.pyfunc import PythonModel
+
+def sources(model_input: Any) -> list[str]:
+    """The ``source`` column of a DataFrame, or a list of strings, as strings."""
+    if isinstance(model_input, pd.DataFrame):
+        if "source" not in model_input.columns:
+            raise MlflowException(f"the input needs a 'source' column; got columns "
+                                  f"{list(model_input.columns)}", INVALID_PARAMETER_VALUE)
+        values = model_input["source"].tolist()
+    else:
+        values = list(model_input)
+    bad = [i for i, v in enumerate(values) if not isinstance(v, str)]
+    if bad:
+        raise MlflowException(f"row {bad[0] + 1}: source {values[bad[0]]!r} is not a string",
+                              INVALID_PARAMETER_VALUE)
+    return values
+
+
+class SeqcoreModel(PythonModel):
+    """The model, tokenizers and decode settings of one result, as a pyfunc."""
+
+    def load_context(self, context: Any) -> None:
+        # imported here: MLflow puts the bundled library on the path before loading
+        from seqcore.config import config_from_dict  # noqa: PLC0415
+        from seqcore.predictor import Predictor  # noqa: PLC0415
+
+        # the one artifact (pipeline/registry.py packed_folder): the model file and its
+        # sidecar, the tokenizer contract and models, and decode.json
+        (folder,) = map(Path, context.artifacts.values())
+        settings = json.loads((folder / "decode.json").read_text(encoding="utf-8"))
+        decode = config_from_dict({"decode": settings["decode"]}).decode
+        self.predictor = Predictor.load(folder / "model.pt", folder / "contract.json", decode)
+
+    # No type hints on predict: MLflow reads them as an input schema (the logged signature is
+    # the schema: a string column ``source``).
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
+        """The answers to ``model_input`` (see the module docstring)."""
+        answers = self.predictor.answer(sources(model_input))
+        return pd.DataFrame({"source": [a.source for a in answers],
+                             "prediction": [None if a.problem else a.output for a in answers],
+                             "score": [a.score for a in answers],
+                             "problem": [a.problem for a in answers]})
+
+
+# The schema is the logged signature, not type hints (MLflow warns when predict has none).
+warnings.filterwarnings("ignore", message=".*type hints.*", category=UserWarning)
+mlflow.models.set_model(SeqcoreModel())
