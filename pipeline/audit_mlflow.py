@@ -248,9 +248,12 @@ def model_diffs(client: Any, run: Any, record: RunRecord) -> list[str]:
             diffs.append(f"registered model {want['name']}: {len(versions)} versions from "
                          f"{RUN}, the pipeline registers one")
         else:
+            # the run's own tags (compared with the record by tag_diffs): git.commit is the
+            # commit the run was made at, not the audit's
+            tags = run.data.tags
             diffs += [f"registered model {want['name']} version {versions[0].version} tag {k}: "
-                      f"has {versions[0].tags.get(k)!r}, {PIPELINE} has {v!r}"
-                      for k, v in sorted(want["tags"].items()) if versions[0].tags.get(k) != v]
+                      f"has {versions[0].tags.get(k)!r}, {RUN} has {tags.get(k)!r}"
+                      for k in sorted(want["tags"]) if versions[0].tags.get(k) != tags.get(k)]
     return diffs
 
 

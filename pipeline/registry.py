@@ -85,9 +85,10 @@ def requirements() -> list[str]:
     return [f"{name}=={importlib.metadata.version(name)}" for name in REQUIREMENTS]
 
 
-def log_model(record: RunRecord, run_id: str) -> str | None:
+def log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -> str | None:
     """Log the record's model with run ``run_id`` and register a version of it; returns the
-    version (None when ``mlflow.registered_model`` is none)."""
+    version (None when ``mlflow.registered_model`` is none). Only through ``client``: the
+    fluent API would set the process's tracking URI (and MLFLOW_TRACKING_URI) for good."""
     import mlflow  # noqa: PLC0415 (slow import, only when logging)
     import pandas as pd  # noqa: PLC0415
     from mlflow.models import ModelSignature  # noqa: PLC0415
@@ -99,24 +100,27 @@ def log_model(record: RunRecord, run_id: str) -> str | None:
         inputs=Schema([ColSpec("string", "source")]),
         outputs=Schema([ColSpec("string", "source"), ColSpec("string", "prediction", False),
                         ColSpec("double", "score", False), ColSpec("string", "problem")]))
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(record.uri)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = packed_folder(model, Path(tmp))
-            with mlflow.start_run(run_id=run_id), warnings.catch_warnings():
-                # MLflow's advice (type hints, an input example) does not apply: the schema
-                # is the signature, and a model that answers no test source has no example
-                warnings.simplefilter("ignore", UserWarning)
-                info = mlflow.pyfunc.log_model(
-                    name=MODEL_NAME, python_model=str(MODEL_CODE),
-                    artifacts={ARTIFACT: str(folder)}, code_paths=[str(LIBRARY)],
-                    signature=signature, pip_requirements=requirements(),
-                    input_example=pd.DataFrame({"source": model["example"]}) if model["example"]
-                    else None)
-        if not model["name"]:
-            return None
-        version = mlflow.register_model(info.model_uri, model["name"], tags=model["tags"])
-        return str(version.version)
-    finally:
-        mlflow.set_tracking_uri(previous)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "model"
+        with warnings.catch_warnings():
+            # MLflow's advice (type hints, an input example) does not apply: the schema is the
+            # signature, and a result with no predictions has no example
+            warnings.simplefilter("ignore", UserWarning)
+            mlflow.pyfunc.save_model(
+                local, python_model=str(MODEL_CODE),
+                artifacts={ARTIFACT: str(packed_folder(model, Path(tmp)))},
+                code_paths=[str(LIBRARY)], signature=signature,
+                pip_requirements=requirements(),
+                input_example=pd.DataFrame({"source": model["example"]}) if model["example"]
+                else None)
+        logged = client.create_logged_model(experiment_id, MODEL_NAME, source_run_id=run_id)
+        client.log_model_artifacts(logged.model_id, str(local))
+        client.finalize_logged_model(logged.model_id, "READY")
+    if not model["name"]:
+        return None
+    if not client.search_registered_models(f"name = '{model['name']}'"):
+        client.create_registered_model(model["name"])
+    version = client.create_model_version(model["name"], f"models:/{logged.model_id}",
+                                          run_id=run_id, tags=model["tags"],
+                                          model_id=logged.model_id)
+    return str(version.version)

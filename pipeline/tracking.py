@@ -381,7 +381,7 @@ def log_run(record: RunRecord) -> str:
             local.write_bytes(base64.b64decode(data))
             client.log_artifact(rid, str(local), str(Path(name).parent))
     if record.model:
-        log_model(record, rid)
+        log_model(client, record, rid, exp_id)
     client.set_terminated(rid)
     return rid
 
