@@ -27,6 +27,11 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
+# The schema is the logged signature, not type hints: MLflow warns about a predict without
+# them when the class below is defined.
+warnings.filterwarnings("ignore", message=".*type hints.*", category=UserWarning)
+
+
 def sources(model_input: Any) -> list[str]:
     """The ``source`` column of a DataFrame, or a list of strings, as strings."""
     if isinstance(model_input, pd.DataFrame):
@@ -69,6 +74,4 @@ class SeqcoreModel(PythonModel):
                              "problem": [a.problem for a in answers]})
 
 
-# The schema is the logged signature, not type hints (MLflow warns when predict has none).
-warnings.filterwarnings("ignore", message=".*type hints.*", category=UserWarning)
 mlflow.models.set_model(SeqcoreModel())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -123,4 +124,6 @@ def log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -
     version = client.create_model_version(model["name"], f"models:/{logged.model_id}",
                                           run_id=run_id, tags=model["tags"],
                                           model_id=logged.model_id)
+    print(f"[mlflow] model registered as {model['name']} version {version.version}",
+          file=sys.stderr)
     return str(version.version)
