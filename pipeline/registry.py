@@ -90,6 +90,15 @@ def log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -
     """Log the record's model with run ``run_id`` and register a version of it; returns the
     version (None when ``mlflow.registered_model`` is none). Only through ``client``: the
     fluent API would set the process's tracking URI (and MLFLOW_TRACKING_URI) for good."""
+    with warnings.catch_warnings():
+        # MLflow's advice when its pyfunc modules load and a model is saved (type hints, an
+        # input example) does not apply: the schema is the signature, and a result with no
+        # predictions has no example
+        warnings.simplefilter("ignore", UserWarning)
+        return _log_model(client, record, run_id, experiment_id)
+
+
+def _log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -> str | None:
     import mlflow  # noqa: PLC0415 (slow import, only when logging)
     import pandas as pd  # noqa: PLC0415
     from mlflow.models import ModelSignature  # noqa: PLC0415
@@ -103,17 +112,12 @@ def log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -
                         ColSpec("double", "score", False), ColSpec("string", "problem")]))
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "model"
-        with warnings.catch_warnings():
-            # MLflow's advice (type hints, an input example) does not apply: the schema is the
-            # signature, and a result with no predictions has no example
-            warnings.simplefilter("ignore", UserWarning)
-            mlflow.pyfunc.save_model(
-                local, python_model=str(MODEL_CODE),
-                artifacts={ARTIFACT: str(packed_folder(model, Path(tmp)))},
-                code_paths=[str(LIBRARY)], signature=signature,
-                pip_requirements=requirements(),
-                input_example=pd.DataFrame({"source": model["example"]}) if model["example"]
-                else None)
+        mlflow.pyfunc.save_model(
+            local, python_model=str(MODEL_CODE),
+            artifacts={ARTIFACT: str(packed_folder(model, Path(tmp)))},
+            code_paths=[str(LIBRARY)], signature=signature, pip_requirements=requirements(),
+            input_example=pd.DataFrame({"source": model["example"]}) if model["example"]
+            else None)
         logged = client.create_logged_model(experiment_id, MODEL_NAME, source_run_id=run_id)
         client.log_model_artifacts(logged.model_id, str(local))
         client.finalize_logged_model(logged.model_id, "READY")
