@@ -269,12 +269,16 @@ def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, A
     return "\n".join(lines)
 
 
-def split_counts(numeric: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """(metrics, count tags): integer values (sequence and token counts, denominators) are
-    not charted as metrics but kept as ``count.<key>`` tags next to the rates they divide."""
+#: The run's artifact of counts and denominators (``split_counts``).
+COUNTS_ARTIFACT = "counts.json"
+
+
+def split_counts(numeric: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """(metrics, counts): integer values (sequence and token counts, denominators) are not
+    charted as metrics; they go to one artifact, ``counts.json`` (as tags they were half of
+    the run's 70, burying its description; issue 29)."""
     counts = {k: v for k, v in numeric.items() if isinstance(v, int)}
-    return ({k: v for k, v in numeric.items() if k not in counts},
-            {f"count.{k}": str(v) for k, v in counts.items()})
+    return {k: v for k, v in numeric.items() if k not in counts}, counts
 
 
 def source_tags(commit: str) -> dict[str, str]:
@@ -330,11 +334,13 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: Predict
     # Text values of the results (metric signatures, the split) are not metrics: keep them
     # as tags so nothing of metrics.json/results.json is dropped.
     texts = {f"metrics.{k}": v for k, v in flatten(metrics).items() if isinstance(v, str)}
-    tags = texts | counts | run_tags(cfg, sig, tc, header, origin.exp_name)
+    tags = texts | run_tags(cfg, sig, tc, header, origin.exp_name)
     tags |= source_tags(tags.get("git.commit", "none"))
     tags["mlflow.note.content"] = run_note(name, metrics, changed)
-    return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags,
-                      run_texts(cfg, pred_path), run_images(Path(cfg.evaluate.details_dir)),
+    artifacts = run_texts(cfg, pred_path) | {
+        COUNTS_ARTIFACT: json.dumps(counts, indent=1, sort_keys=True) + "\n"}
+    return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags, artifacts,
+                      run_images(Path(cfg.evaluate.details_dir)),
                       model_entry(cfg, header, pred_path, tc, tags))
 
 
