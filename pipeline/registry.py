@@ -101,6 +101,7 @@ def log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -
 def _log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -> str | None:
     import mlflow  # noqa: PLC0415 (slow import, only when logging)
     import pandas as pd  # noqa: PLC0415
+    from mlflow.entities import LoggedModelOutput  # noqa: PLC0415
     from mlflow.models import ModelSignature  # noqa: PLC0415
     from mlflow.types import ColSpec, Schema  # noqa: PLC0415
 
@@ -121,6 +122,8 @@ def _log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) 
         logged = client.create_logged_model(experiment_id, MODEL_NAME, source_run_id=run_id)
         client.log_model_artifacts(logged.model_id, str(local))
         client.finalize_logged_model(logged.model_id, "READY")
+    # the run page's "Logged models" (the fluent log_model records the same output)
+    client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, 0)])
     if not model["name"]:
         return None
     if not client.search_registered_models(f"name = '{model['name']}'"):

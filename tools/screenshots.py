@@ -1,4 +1,5 @@
-"""Screenshots of the MLflow UI over a baseline and two experiments, for docs/experiments.md.
+"""Screenshots of the MLflow UI: a baseline and two experiments (docs/experiments.md), and the
+committed default result (docs/mlflow.md).
 
 Builds a throwaway copy of this repository with tiny params, runs the baseline (`dvc repro`,
 committed) and two `dvc exp run --temp` experiments, starts `mlflow ui` on 127.0.0.1 over the
@@ -8,6 +9,13 @@ compare view with "Show diff only". Usage, from the repository root:
 
     python tools/screenshots.py                 # writes docs/img/mlflow_runs.png, _compare.png
     python tools/screenshots.py --keep /tmp/ui  # keep the copy (and its mlflow.db) there
+    python tools/screenshots.py --result        # the committed default (after `dvc pull`):
+                                                # mlflow_model.png, _datasets.png, _run.png
+
+``--result`` logs the workspace's result once more, with the evaluate stage's own code, to a
+fresh store (so the pictures show one run and one model version, not a developer's history),
+then shoots the registered model's page, the run table with its Datasets column and the
+run's page.
 """
 
 from __future__ import annotations
@@ -162,6 +170,7 @@ def screenshots(db: Path, out: Path) -> None:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
                  subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
                                    f"--remote-debugging-port={cdp_port}",
+                                   "--remote-allow-origins=*",
                                    f"--user-data-dir={profile}", "--no-first-run",
                                    "about:blank"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -203,13 +212,80 @@ def screenshots(db: Path, out: Path) -> None:
                 proc.wait(timeout=30)
 
 
+def result_store(repo: Path, work: Path) -> Path:
+    """A fresh store holding the workspace's result: the evaluate stage run again with
+    MLFLOW_TRACKING_URI pointing there (it logs the run and registers the model)."""
+    db = work / "mlflow.db"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}
+    res = subprocess.run([sys.executable, "-m", "pipeline.evaluate"], cwd=repo, env=env,
+                         capture_output=True, text=True, check=False)
+    if res.returncode:
+        sys.exit(f"pipeline.evaluate failed:\n{res.stderr[-2000:]}")
+    return db
+
+
+def result_screenshots(db: Path, out: Path) -> None:
+    """The registered model's page, the run table (Datasets column) and the run page."""
+    import mlflow  # noqa: PLC0415 (slow import)
+
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    (run,) = client.search_runs([exp.experiment_id])
+    ui_port, cdp_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{ui_port}"
+    with tempfile.TemporaryDirectory() as profile:
+        procs = [subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "ui",
+                                   "--backend-store-uri", f"sqlite:///{db}", "--host",
+                                   "127.0.0.1", "--port", str(ui_port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                 subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                                   f"--remote-debugging-port={cdp_port}",
+                                   "--remote-allow-origins=*",
+                                   f"--user-data-dir={profile}", "--no-first-run",
+                                   "about:blank"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        try:
+            wait_http(f"{base}/health")
+            tabs = json.loads(wait_http(f"http://127.0.0.1:{cdp_port}/json/list"))
+            page = Page(next(t for t in tabs if t["type"] == "page")["webSocketDebuggerUrl"])
+            page.call("Page.enable")
+            page.open(f"{base}/health")
+            page.js("""localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');
+                localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');""")
+            page.call("Emulation.setDeviceMetricsOverride", width=1400, height=700,
+                      deviceScaleFactor=1, mobile=False)
+            page.open(f"{base}/#/models/seqcore-g2p")
+            page.wait_text("Version 1")
+            page.shot(out / "mlflow_model.png", 1400, 520)
+            page.open(f"{base}/#/experiments/{exp.experiment_id}/runs"
+                      "?workflowType=machine_learning")
+            page.wait_text("cmudict-train")
+            page.shot(out / "mlflow_datasets.png", 1400, 440)
+            # a run's own link opens the UI's GenAI view unless it asks for this one
+            page.open(f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"
+                      "?workflowType=machine_learning")
+            page.wait_text("word_error_rate")
+            page.shot(out / "mlflow_run.png", 1400, 1100)
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/img", help="folder for the PNGs (%(default)s)")
     parser.add_argument("--keep", help="build the store in this (new) folder and keep it")
+    parser.add_argument("--result", action="store_true",
+                        help="shoot the workspace's result (registered model, datasets, run)")
     args = parser.parse_args()
     repo, out = Path.cwd(), Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if args.result:
+        with tempfile.TemporaryDirectory() as tmp:
+            result_screenshots(result_store(repo, Path(tmp)), out)
+        return
     if args.keep:
         work = Path(args.keep).resolve()
         if not (work / "mlflow.db").exists():
