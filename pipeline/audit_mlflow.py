@@ -25,6 +25,9 @@ from seqcore.config import Config, config_from_dict, experiment_name
 from seqcore.signature import result_params
 
 RUN, PIPELINE = "mlflow run", "pipeline record"
+#: What `python -m pipeline.compare --log` attaches to a run afterwards (pipeline/compare.py
+#: LOG_FOLDER, LOG_TAG): a comparison with another result, not part of the pipeline's record.
+COMPARE_FOLDER, COMPARE_TAG = "compare/", "compare."
 #: Tags that describe when, where and by whom the run was made, not the result: present is
 #: all the audit can ask. The record the audit rebuilds carries the auditor's login as
 #: mlflow.user, so comparing it failed every audit by a colleague (issue 33).
@@ -65,6 +68,8 @@ def tag_diffs(record: RunRecord, tags: dict[str, str], lock_sha: str | None) -> 
     diffs = []
     for key in sorted(set(want) | {k for k in tags if not k.startswith(("mlflow.", "env."))}):
         have, expected = tags.get(key), want.get(key)
+        if key.startswith(COMPARE_TAG):
+            continue  # a comparison attached later (`pipeline.compare --log`)
         if key not in want and key not in FREE_TAGS:
             diffs.append(f"tag {key}: {RUN} has {have!r}, the pipeline writes no such tag")
         elif have is None and key in want:
@@ -122,7 +127,7 @@ def artifact_diffs(run: Any, uri: str, record: RunRecord,
         got = {p.relative_to(root).as_posix(): p.read_bytes()
                for p in root.rglob("*") if p.is_file()}
     diffs = [f"artifact {n}: {RUN} has it, the pipeline logs no such file"
-             for n in sorted(set(got) - set(texts))]
+             for n in sorted(set(got) - set(texts)) if not n.startswith(COMPARE_FOLDER)]
     diffs += [f"artifact {n}: {PIPELINE} has it, {RUN} has nothing"
               for n in sorted(set(texts) - set(got))]
     lock_sha = None

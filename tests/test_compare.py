@@ -16,7 +16,7 @@ from pipeline.compare import main
 from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.metrics.comparison import NotComparable, check_same_rows
 from tests.factories import REPO
-from tests.pipeline_helpers import empty_mlflow_store
+from tests.pipeline_helpers import copy_result, empty_mlflow_store, run_audit
 
 SIG = "task:g2p|data:0123456789ab|src:x|tgt:y|fmt:1"
 
@@ -53,7 +53,7 @@ def params(tmp_path: Path) -> Path:
     return path
 
 
-def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+def run_main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
     try:
         main(list(argv))
         code = 0
@@ -67,7 +67,7 @@ def test_a_clearly_better_system_is_significant_and_its_flips_are_listed(
         tmp_path: Path, params: Path, capsys: pytest.CaptureFixture) -> None:
     a = write(tmp_path / "a", rows(400, 200))
     b = write(tmp_path / "b", rows(400, 320))
-    code, out, _ = run(capsys, str(a), str(b), "--params", str(params), "--out",
+    code, out, _ = run_main(capsys, str(a), str(b), "--params", str(params), "--out",
                        str(tmp_path / "cmp"))
     assert code == 0, out
     data = json.loads((tmp_path / "cmp/compare.json").read_text())
@@ -84,7 +84,7 @@ def test_a_clearly_better_system_is_significant_and_its_flips_are_listed(
 def test_the_same_result_twice_differs_by_zero_with_p_one(
         tmp_path: Path, params: Path, capsys: pytest.CaptureFixture) -> None:
     a = write(tmp_path / "a", rows(50, 30))
-    code, out, _ = run(capsys, str(a), str(a / "predictions/test.jsonl"), "--params",
+    code, out, _ = run_main(capsys, str(a), str(a / "predictions/test.jsonl"), "--params",
                        str(params))
     assert code == 0
     assert "| word_error_rate | 0.4000 | 0.4000 | 0.0000 | [0.0000, 0.0000] | 1.0000 | " \
@@ -101,11 +101,11 @@ def test_the_baseline_folder_compares_with_a_model_on_the_same_rows(
     PredictionsHeader({"kind": "phonetisaurus"}, "0" * 64, 60,
                       "baseline:phonetisaurus|version:0.3.2|order:8").save(base / "test.jsonl")
     model = write(tmp_path / "model", rows(60, 30))
-    code, out, _ = run(capsys, str(base), str(model), "--params", str(params))
+    code, out, _ = run_main(capsys, str(base), str(model), "--params", str(params))
     assert code == 0, out
     assert "| word_error_rate | 0.2500 | 0.5000 | 0.2500 |" in out
     other = write(tmp_path / "other", rows(59, 30))
-    code, _, err = run(capsys, str(base), str(other), "--params", str(params))
+    code, _, err = run_main(capsys, str(base), str(other), "--params", str(params))
     assert code == 2 and "1 row id(s) only in A (first '00059')" in err
 
 
@@ -143,7 +143,39 @@ def test_a_bad_name_or_an_incomparable_pair_stops_with_one_line_and_status_2(
     if case == "folder without predictions":
         shutil.rmtree(tmp_path / "a")
         a, b = b, a
-    code, out, err = run(capsys, a, b, "--params", str(params))
+    code, out, err = run_main(capsys, a, b, "--params", str(params))
     assert code == 2 and not out, out
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("compare: ") and want in err, err
+
+
+@pytest.mark.slow
+def test_log_attaches_the_comparison_to_the_run_and_the_audit_still_passes(
+        audit_result: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--log` puts the comparison where users look (the run's artifacts and tags, issue 27);
+    a comparison made later is not a forgery of the run's record."""
+    import mlflow  # noqa: PLC0415
+
+    repo = copy_result(audit_result[0], tmp_path / "result")
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+    rid = run.info.run_id
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # the model's predictions against the baseline's, attached to the model's run
+    code, out, err = run_main(capsys, "baseline", "predictions", "--log", rid, "--samples",
+                              "50")
+    assert code == 0, err
+    assert f"compare: attached to MLflow run {rid}" in err
+    tags = client.get_run(rid).data.tags
+    p = {k: v for k, v in tags.items() if k.startswith("compare.predictions.")}
+    assert 0 <= float(p["compare.predictions.word_error_rate.p"]) <= 1
+    logged = {a.path for a in client.list_artifacts(rid, "compare")}
+    assert logged == {"compare/predictions.md", "compare/predictions.json"}
+    local = Path(client.download_artifacts(rid, "compare/predictions.md", str(tmp_path)))
+    assert local.read_text() == out.split("compare took")[0]
+    report = run_audit(repo, monkeypatch, only=("evaluate redone", "mlflow run"))
+    assert report.ok, report.render()
+    code, _, err = run_main(capsys, "baseline", "predictions", "--log")
+    assert code == 2 and "--log: neither baseline nor predictions is an MLflow run id" in err
