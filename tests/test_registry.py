@@ -164,7 +164,12 @@ def test_a_malformed_request_is_a_clear_400_not_a_traceback(served: str, body: b
 def test_the_audit_compares_the_logged_model_with_the_result(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "result")
-    packed = next((repo / "mlruns").rglob("artifacts/result/model.pt"))
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(NAME).experiment_id
+    run = client.search_runs([exp], order_by=["attributes.start_time DESC"], max_results=1)[0]
+    (logged,) = client.search_logged_models([exp], filter_string=f"source_run_id = "
+                                                                f"'{run.info.run_id}'")
+    packed = Path(logged.artifact_location.removeprefix("file://")) / "artifacts/result/model.pt"
     other = bytearray(packed.read_bytes())
     other[-100] ^= 1  # one bit of the served weights
     packed.write_bytes(bytes(other))
