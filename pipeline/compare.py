@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from seqcore.artifacts.predictions import Predictions, PredictionRow, PredictionsHeader
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.metrics.comparison import NotComparable, compare_rows
@@ -92,8 +94,47 @@ def _from_run(name: str, cfg: Config, relative: str) -> Result:
     rev = tags.get("dvc.exp.name") or tags.get("mlflow.source.git.commit")
     if not rev:
         raise NotFound(f"{name}: MLflow run in {uri} records no dvc.exp.name or git commit")
-    return _from_revision(name, rev, relative, f"MLflow run {name}: revision {rev}",
-                          f"{name}: MLflow run at revision {rev}")
+    try:
+        return _from_revision(name, rev, relative, f"MLflow run {name}: revision {rev}",
+                              f"{name}: MLflow run at revision {rev}")
+    except NotFound as at_revision:
+        # The documented order commits a result after its run: the run's commit has no
+        # lock entry for it. The run's own dvc.lock artifact names the predictions' md5.
+        try:
+            return _from_run_lock(name, uri, relative)
+        except NotFound:
+            raise at_revision from None
+
+
+def _from_run_lock(name: str, uri: str, relative: str) -> Result:
+    """The predictions file the run's logged ``dvc.lock`` records, from the local DVC cache."""
+    import mlflow  # noqa: PLC0415
+    from dvc.repo import Repo  # noqa: PLC0415 (slow import; the library never imports dvc)
+
+    folder, file = relative.rsplit("/", 1)
+    with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
+        try:
+            lock = yaml.safe_load(Path(mlflow.artifacts.download_artifacts(
+                run_id=name, artifact_path="dvc.lock", dst_path=tmp,
+                tracking_uri=uri)).read_text())
+            md5 = next(o["md5"] for s in lock["stages"].values() for o in s.get("outs", [])
+                       if o["path"] == folder)
+        except Exception:  # noqa: BLE001 (no artifact, or no such out in it)
+            raise NotFound(f"{name}: its dvc.lock artifact records no {folder}") from None
+        with Repo(".") as repo:
+            listing = Path(repo.cache.local.oid_to_path(md5))
+            if not listing.is_file():
+                raise NotFound(f"{name}: {folder} ({md5}) is not in the local DVC cache; "
+                               "`dvc pull` it")
+            entries = {e["relpath"]: e["md5"] for e in json.loads(listing.read_text())}
+            header = file.removesuffix(".jsonl") + ".header.json"
+            for rel in (file, header):
+                blob = Path(repo.cache.local.oid_to_path(entries.get(rel, "0" * 32)))
+                if not blob.is_file():
+                    raise NotFound(f"{name}: {folder}/{rel} is not in the local DVC cache")
+                (Path(tmp) / rel).write_bytes(blob.read_bytes())
+        return _from_file(name, Path(tmp) / file, f"MLflow run {name}: its dvc.lock, the DVC "
+                                                   "cache")
 
 
 def find_result(name: str, cfg: Config) -> Result:
