@@ -234,7 +234,7 @@ def model_diffs(client: Any, run: Any, record: RunRecord) -> list[str]:
             artifact_uri=f"{found[0].artifact_location.rstrip('/')}/artifacts/{ARTIFACT}",
             dst_path=tmp, tracking_uri=client.tracking_uri))
         got = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    expected = {name: sha for name, sha in want["sha256"].items()}
+    expected = want["sha256"]
     for name in sorted(set(got) | set(expected) | {"decode.json"}):
         if name == "decode.json":
             diffs += first_difference(f"logged model file {name}", (RUN, PIPELINE),

@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from seqcore.artifacts.predictions import Predictions, PredictionRow, PredictionsHeader
+from seqcore.artifacts.predictions import (
+    PredictionRow, Predictions, PredictionsHeader, header_path)
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.metrics.comparison import NotComparable, compare_rows
 from seqcore.nulls import null_undefined
@@ -127,8 +128,7 @@ def _from_run_lock(name: str, uri: str, relative: str) -> Result:
                 raise NotFound(f"{name}: {folder} ({md5}) is not in the local DVC cache; "
                                "`dvc pull` it")
             entries = {e["relpath"]: e["md5"] for e in json.loads(listing.read_text())}
-            header = file.removesuffix(".jsonl") + ".header.json"
-            for rel in (file, header):
+            for rel in (file, header_path(file).name):
                 blob = Path(repo.cache.local.oid_to_path(entries.get(rel, "0" * 32)))
                 if not blob.is_file():
                     raise NotFound(f"{name}: {folder}/{rel} is not in the local DVC cache")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import itertools
 import json
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import seqcore
-from seqcore.artifacts.predictions import Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, as_dict, registered_model_name
@@ -60,8 +61,15 @@ def model_entry(cfg: Config, header: PredictionsHeader, pred_path: Path, tc: Tok
             "sha256": {name: sha256_file(path) for name, path in files.items()},
             "decode": as_dict(cfg.decode),
             # the logged model's input example (MLflow checks the model on it)
-            "example": [r.source for r in Predictions.load(pred_path).rows[:2]],
+            "example": first_sources(pred_path, 2),
             "tags": {k: tags[k] for k in VERSION_TAGS if k in tags}}
+
+
+def first_sources(pred_path: Path, count: int) -> list[str]:
+    """The sources of the first ``count`` prediction rows (not the whole file: evaluate has
+    scored it already)."""
+    with open(pred_path, encoding="utf-8") as f:
+        return [json.loads(line)["source"] for line in itertools.islice(f, count)]
 
 
 def packed_folder(model: dict[str, Any], root: Path) -> Path:

@@ -21,6 +21,7 @@ run's page.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import base64
 import json
 import shutil
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,13 +156,10 @@ class Page:
         print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
 
 
-def screenshots(db: Path, out: Path) -> None:
-    """Start mlflow ui and Chromium, take the two screenshots, stop both."""
-    import mlflow  # noqa: PLC0415 (slow import)
-
-    client = mlflow.MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("seqcore-g2p")
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+@contextlib.contextmanager
+def ui_and_browser(db: Path) -> Iterator[tuple[str, Page]]:
+    """`mlflow ui` over ``db`` and headless Chromium on free 127.0.0.1 ports: the UI's base URL
+    and a tab; both stopped on exit."""
     ui_port, cdp_port = free_port(), free_port()
     base = f"http://127.0.0.1:{ui_port}"
     with tempfile.TemporaryDirectory() as profile:
@@ -170,7 +169,7 @@ def screenshots(db: Path, out: Path) -> None:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
                  subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
                                    f"--remote-debugging-port={cdp_port}",
-                                   "--remote-allow-origins=*",
+                                   "--remote-allow-origins=*",  # Chromium 111+ asks for it
                                    f"--user-data-dir={profile}", "--no-first-run",
                                    "about:blank"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -179,37 +178,48 @@ def screenshots(db: Path, out: Path) -> None:
             tabs = json.loads(wait_http(f"http://127.0.0.1:{cdp_port}/json/list"))
             page = Page(next(t for t in tabs if t["type"] == "page")["webSocketDebuggerUrl"])
             page.call("Page.enable")
-            page.call("Emulation.setDeviceMetricsOverride", width=1400, height=520,
-                      deviceScaleFactor=1, mobile=False)
-            runs_url = (f"{base}/#/experiments/{exp.experiment_id}/runs"
-                        "?workflowType=machine_learning")
-            # The run table's columns are browser state (localStorage), chosen once by a user
-            # with "Columns": set them, and close the assistant panel, before the app loads.
-            page.open(f"{base}/health")
-            key = ("MLflowLocalStorage-1.1-ExperimentPage-" + json.dumps([exp.experiment_id])
-                   + "-ReactComponentState")
-            state = {"selectedColumns": COLUMNS}
-            page.js(f"""localStorage.setItem({json.dumps(key)}, {json.dumps(json.dumps(state))});
-                localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');
-                localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');""")
-            page.open(runs_url)
-            page.wait_text("lr-half")
-            page.shot(out / "mlflow_runs.png", 1400, 440)
-            ids = json.dumps([r.info.run_id for r in runs])
-            page.open(f"{base}/#/compare-runs?runs={ids}&experiments="
-                      f"{json.dumps([exp.experiment_id])}&workflowType=machine_learning")
-            page.wait_text("Show diff only")
-            page.click_text("Visualizations")  # fold the plots: names, params, metrics on top
-            switched = page.js("""[...document.querySelectorAll('[role=switch]')]
-                .filter(b => b.getAttribute('aria-checked') !== 'true')
-                .map(b => b.click()).length""")  # "Show diff only" of params, metrics, tags
-            print(f"switched on {switched} 'Show diff only' toggles")
-            time.sleep(2)
-            page.shot(out / "mlflow_compare.png", 1400, 1000)
+            yield base, page
         finally:
             for proc in procs:
                 proc.terminate()
                 proc.wait(timeout=30)
+
+
+def screenshots(db: Path, out: Path) -> None:
+    """Start mlflow ui and Chromium, take the two screenshots, stop both."""
+    import mlflow  # noqa: PLC0415 (slow import)
+
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("seqcore-g2p")
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    with ui_and_browser(db) as (base, page):
+        page.call("Emulation.setDeviceMetricsOverride", width=1400, height=520,
+                  deviceScaleFactor=1, mobile=False)
+        runs_url = (f"{base}/#/experiments/{exp.experiment_id}/runs"
+                    "?workflowType=machine_learning")
+        # The run table's columns are browser state (localStorage), chosen once by a user
+        # with "Columns": set them, and close the assistant panel, before the app loads.
+        page.open(f"{base}/health")
+        key = ("MLflowLocalStorage-1.1-ExperimentPage-" + json.dumps([exp.experiment_id])
+               + "-ReactComponentState")
+        state = {"selectedColumns": COLUMNS}
+        page.js(f"""localStorage.setItem({json.dumps(key)}, {json.dumps(json.dumps(state))});
+            localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');
+            localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');""")
+        page.open(runs_url)
+        page.wait_text("lr-half")
+        page.shot(out / "mlflow_runs.png", 1400, 440)
+        ids = json.dumps([r.info.run_id for r in runs])
+        page.open(f"{base}/#/compare-runs?runs={ids}&experiments="
+                  f"{json.dumps([exp.experiment_id])}&workflowType=machine_learning")
+        page.wait_text("Show diff only")
+        page.click_text("Visualizations")  # fold the plots: names, params, metrics on top
+        switched = page.js("""[...document.querySelectorAll('[role=switch]')]
+            .filter(b => b.getAttribute('aria-checked') !== 'true')
+            .map(b => b.click()).length""")  # "Show diff only" of params, metrics, tags
+        print(f"switched on {switched} 'Show diff only' toggles")
+        time.sleep(2)
+        page.shot(out / "mlflow_compare.png", 1400, 1000)
 
 
 def result_store(repo: Path, work: Path) -> Path:
@@ -232,45 +242,24 @@ def result_screenshots(db: Path, out: Path) -> None:
     client = mlflow.MlflowClient(f"sqlite:///{db}")
     exp = client.get_experiment_by_name("seqcore-g2p")
     (run,) = client.search_runs([exp.experiment_id])
-    ui_port, cdp_port = free_port(), free_port()
-    base = f"http://127.0.0.1:{ui_port}"
-    with tempfile.TemporaryDirectory() as profile:
-        procs = [subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "ui",
-                                   "--backend-store-uri", f"sqlite:///{db}", "--host",
-                                   "127.0.0.1", "--port", str(ui_port)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-                 subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                                   f"--remote-debugging-port={cdp_port}",
-                                   "--remote-allow-origins=*",
-                                   f"--user-data-dir={profile}", "--no-first-run",
-                                   "about:blank"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-        try:
-            wait_http(f"{base}/health")
-            tabs = json.loads(wait_http(f"http://127.0.0.1:{cdp_port}/json/list"))
-            page = Page(next(t for t in tabs if t["type"] == "page")["webSocketDebuggerUrl"])
-            page.call("Page.enable")
-            page.open(f"{base}/health")
-            page.js("""localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');
-                localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');""")
-            page.call("Emulation.setDeviceMetricsOverride", width=1400, height=700,
-                      deviceScaleFactor=1, mobile=False)
-            page.open(f"{base}/#/models/seqcore-g2p")
-            page.wait_text("Version 1")
-            page.shot(out / "mlflow_model.png", 1400, 520)
-            page.open(f"{base}/#/experiments/{exp.experiment_id}/runs"
-                      "?workflowType=machine_learning")
-            page.wait_text("cmudict-train")
-            page.shot(out / "mlflow_datasets.png", 1400, 440)
-            # a run's own link opens the UI's GenAI view unless it asks for this one
-            page.open(f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"
-                      "?workflowType=machine_learning")
-            page.wait_text("word_error_rate")
-            page.shot(out / "mlflow_run.png", 1400, 1100)
-        finally:
-            for proc in procs:
-                proc.terminate()
-                proc.wait(timeout=30)
+    with ui_and_browser(db) as (base, page):
+        page.open(f"{base}/health")
+        page.js("""localStorage.setItem('mlflow.assistant.panelOpen_v1', 'false');
+            localStorage.setItem('mlflow.assistant.fab.autoOpenedOnFirstLoad_v1', 'true');""")
+        page.call("Emulation.setDeviceMetricsOverride", width=1400, height=700,
+                  deviceScaleFactor=1, mobile=False)
+        page.open(f"{base}/#/models/seqcore-g2p")
+        page.wait_text("Version 1")
+        page.shot(out / "mlflow_model.png", 1400, 520)
+        page.open(f"{base}/#/experiments/{exp.experiment_id}/runs"
+                  "?workflowType=machine_learning")
+        page.wait_text("cmudict-train")
+        page.shot(out / "mlflow_datasets.png", 1400, 440)
+        # a run's own link opens the UI's GenAI view unless it asks for this one
+        page.open(f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"
+                  "?workflowType=machine_learning")
+        page.wait_text("word_error_rate")
+        page.shot(out / "mlflow_run.png", 1400, 1100)
 
 
 def main() -> None:
