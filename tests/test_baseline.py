@@ -49,6 +49,15 @@ def test_the_nbest_list_is_distinct_pronunciations_best_first(tmp_path: Path) ->
     assert [c.log_prob for c in got] == sorted((c.log_prob for c in got), reverse=True)
 
 
+def test_conversion_in_chunks_gives_the_one_process_answer(tmp_path: Path) -> None:
+    trained = ps.train(lexicon(WORDS), tmp_path, LOW_ORDER)
+    words = [w for w, _ in WORDS] + ["bick", "zzz", "kat"]
+    one = ps.convert(trained.fst, words, nbest=3, processes=1)
+    assert len(one) == len(set(words))
+    for n in (2, 3, len(words) + 5):  # more processes than words: one word each
+        assert ps.convert(trained.fst, words, nbest=3, processes=n) == one
+
+
 def test_a_word_of_unseen_letters_gets_an_empty_pronunciation(tmp_path: Path) -> None:
     trained = ps.train(lexicon(WORDS), tmp_path, LOW_ORDER)
     assert [c.target for c in ps.convert(trained.fst, ["zzz"])["zzz"]] == [""]  # evaluate counts it as empty

