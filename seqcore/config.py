@@ -194,7 +194,7 @@ class TrainConfig:
     batch_size: int = 256  # sequences per micro-batch
     bucket_width: int = 1  # target-length bucket width for batching
     accum_steps: int = 1
-    max_steps: int = 10000
+    max_steps: int = 7500
     optimizer: Literal["adam", "adamw"] = "adam"
     lr: float = 0.003  # peak lr for constant/cosine; scale factor for noam
     schedule: Literal["noam", "constant", "cosine"] = "cosine"
