@@ -3,6 +3,7 @@ and each kind of tampering, done in a copy, is caught by the check that guards i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -302,3 +303,42 @@ def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
         monkeypatch.setenv(var, "a-colleague")
     report = run_audit(repo, monkeypatch, only=("mlflow run",))
     assert report.ok, report.render()
+
+
+@pytest.mark.slow
+def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
+        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 30: with the result already local, `dvc repro` sends nothing to a team server.
+    from pipeline.audit import audit  # noqa: PLC0415
+    from pipeline.copy_run import CopyError, copy_run  # noqa: PLC0415
+    from seqcore.config import load_config  # noqa: PLC0415
+
+    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    (tmp_path / "team").mkdir()
+    target = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
+    res = subprocess.run([sys.executable, "-m", "pipeline.copy_run", "--to", target], cwd=repo,
+                         env=tool_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    source = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    src = source.search_runs([source.get_experiment_by_name("seqcore-g2p").experiment_id],
+                             order_by=["attributes.start_time DESC"], max_results=1)[0]
+    team = mlflow.MlflowClient(target)
+    (dst,) = team.search_runs([team.get_experiment_by_name("seqcore-g2p").experiment_id])
+    assert f"as run {dst.info.run_id}" in res.stdout
+    assert (dst.info.run_name, dst.data.params, dst.data.metrics) == (
+        src.info.run_name, src.data.params, src.data.metrics)
+    assert {k: v for k, v in dst.data.tags.items() if not k.startswith("mlflow.log")} == {
+        k: v for k, v in src.data.tags.items() if not k.startswith("mlflow.log")}
+    assert team.search_model_versions("name='seqcore-g2p'")  # the model registered there too
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", target)
+    monkeypatch.setenv("PATH", tool_env()["PATH"])
+    with contextlib.chdir(repo):
+        report = audit(only=("evaluate redone", "mlflow run"))
+    assert report.ok, report.render()
+
+    # A source run that is not the workspace's result is refused, and nothing is copied.
+    key = sorted(src.data.metrics)[0]
+    source.log_metric(src.info.run_id, key, src.data.metrics[key] + 1)
+    with contextlib.chdir(repo), pytest.raises(CopyError, match="is not the workspace's result"):
+        copy_run(load_config("params.yaml"), f"sqlite:///{repo / 'mlflow.db'}", target)
+    assert len(team.search_runs([dst.info.experiment_id])) == 1
