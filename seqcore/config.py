@@ -264,7 +264,9 @@ class DecodeConfig:
 class EvaluateConfig:
     """Metric settings."""
 
-    bucket_edges: tuple[int, ...] = (4, 6, 8, 10)
+    # Reference-length bucket edges, in target symbols; auto: the length quintiles of the
+    # evaluated references (seqcore.metrics.evaluation.length_edges).
+    bucket_edges: tuple[int, ...] | Literal["auto"] = "auto"
     repeat_ngram: int = 2  # a token n-gram ...
     repeat_times: int = 3  # ... repeated this many times in a row marks a "repeated" output
     examples_per_failure: int = 5
@@ -498,6 +500,8 @@ def _describe(hint: Any) -> str:
     """How an error message names what a type accepts (a union's members)."""
     if typing.get_origin(hint) is Literal:
         return " or ".join(map(str, typing.get_args(hint)))
+    if typing.get_origin(hint) is tuple:
+        return "a list"
     return "a number" if hint is float else "an integer" if hint is int else hint.__name__
 
 
@@ -559,6 +563,9 @@ def _check(cfg: Config) -> None:
     if data.dev_fraction + data.test_fraction >= 1:
         raise ConfigError(f"data.dev_fraction + data.test_fraction = {data.dev_fraction} + "
                           f"{data.test_fraction}: must be < 1")
+    if data.keep_stress and data.source != "cmudict":
+        _fail("data.keep_stress", True, "applies to data.source cmudict only (any other "
+              "source is read as it is: nothing to keep or strip)")
     if data.source != "cmudict" and not data.path:
         _fail("data.path", data.path, f"required when data.source is {data.source}")
     _check_raw_name(cfg)
@@ -570,7 +577,8 @@ def _check(cfg: Config) -> None:
     if tf.d_model % tf.n_heads:
         _fail("model.transformer.d_model", tf.d_model,
               f"must be divisible by model.transformer.n_heads ({tf.n_heads})")
-    if list(cfg.evaluate.bucket_edges) != sorted(set(cfg.evaluate.bucket_edges)):
+    edges = cfg.evaluate.bucket_edges
+    if edges != "auto" and list(edges) != sorted(set(edges)):
         _fail("evaluate.bucket_edges", list(cfg.evaluate.bucket_edges),
               "must be strictly increasing")
     for side in ("src", "tgt"):

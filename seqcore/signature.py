@@ -48,9 +48,22 @@ def tokenizer_fields(cfg: Config, tc: TokenizerContract) -> dict[str, str]:
         "norm": data.normalization,
         "case": ("fold" if data.casefold else "keep") + ("-tgtfold" if data.casefold_target
                                                            else ""),
-        "stress": "keep" if data.keep_stress else "strip",
-        "fmt": str(SIGNATURE_FORMAT), "version": __version__,
+        **stress_field(cfg), "fmt": str(SIGNATURE_FORMAT), "version": __version__,
     }
+
+
+def stress_field(cfg: Config) -> dict[str, str]:
+    """``stress``, where it applies: the CMUdict reader strips or keeps the ARPAbet stress
+    digits; any other source is read as it is, so its signature claims nothing about stress
+    (issue 30)."""
+    if cfg.data.source != "cmudict":
+        return {}
+    return {"stress": "keep" if cfg.data.keep_stress else "strip"}
+
+
+def inapplicable_keys(cfg: Config) -> frozenset[str]:
+    """Keys that change nothing under this config's source: in no run, contract or audit."""
+    return frozenset() if cfg.data.source == "cmudict" else frozenset({"data.keep_stress"})
 
 
 def contract_fields(cfg: Config, tc: TokenizerContract) -> dict[str, str]:
@@ -76,7 +89,7 @@ def data_signature(cfg: Config, raw_sha256: str) -> str:
     return format_signature({
         "task": cfg.task, "data": raw_sha256[:12], "source": d.source, "norm": d.normalization,
         "case": ("fold" if d.casefold else "keep") + ("-tgtfold" if d.casefold_target else ""),
-        "stress": "keep" if d.keep_stress else "strip", "rows": d.bad_rows,
+        **stress_field(cfg), "rows": d.bad_rows,
         "split": f"{d.split_seed}-{d.dev_fraction:g}-{d.test_fraction:g}-{d.max_pairs}",
         "fmt": str(SIGNATURE_FORMAT), "version": __version__})
 
@@ -197,7 +210,7 @@ def result_params(cfg: Config) -> dict[str, Any]:
     unread): the params of the MLflow run, and the keys the audit compares."""
     from seqcore.config import flat_params  # noqa: PLC0415
 
-    return flat_params(cfg, NO_RESULT_KEYS)
+    return flat_params(cfg, NO_RESULT_KEYS | inapplicable_keys(cfg))
 
 
 def migrated_contract(stored: dict[str, Any]) -> dict[str, Any]:
@@ -236,7 +249,7 @@ def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     tree = {k: as_dict(getattr(cfg, k), guard_fields(k)) for k in sections}
     flat = {k: v for k, v in flatten(tree).items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)
-            and ADDED_KEYS.get(k, object()) != v and k not in GUARD_KEYS}
+            and ADDED_KEYS.get(k, object()) != v and k not in GUARD_KEYS | inapplicable_keys(cfg)}
     flat.update(runtime_contract(cfg))
     return flat
 

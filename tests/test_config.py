@@ -56,6 +56,11 @@ def test_code_defaults_equal_params_yaml() -> None:
     ({"decode": {"min_len": 40}}, "decode.min_len = 40: must be < decode.max_len (32)"),
     ({"evaluate": {"bucket_edges": [4, 4]}}, "evaluate.bucket_edges = [4, 4]: must be "
                                              "strictly increasing"),
+    ({"evaluate": {"bucket_edges": "quintiles"}}, "evaluate.bucket_edges = 'quintiles': "
+                                                  "must be a list or auto"),
+    ({"data": {"source": "tsv", "path": "data/external/x.tsv", "keep_stress": True}},
+     "data.keep_stress = True: applies to data.source cmudict only (any other source is "
+     "read as it is: nothing to keep or strip)"),
     ({"decode": {"banned_tokens": [3]}}, "decode.banned_tokens = [3]: must not contain "
                                          "tokenizer.eos_id (3)"),
     ({"train": {"ss_schedule": "exponential"}},

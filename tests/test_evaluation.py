@@ -18,7 +18,7 @@ from seqcore.data.examples import Example
 from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.g2p import ARPABET, is_illegal_phoneme
-from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
+from seqcore.metrics.evaluation import evaluate_predictions, length_edges, prediction_metrics
 from seqcore.metrics.recompute import eval_spec, recompute_metrics
 from seqcore.metrics.report import render_report
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
@@ -131,7 +131,8 @@ def recompute_metrics_from_rows() -> dict:
 
 
 def test_bucket_counts_add_up_and_each_bucket_is_scored_on_its_own_rows() -> None:
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
+    cfg = config_from_dict({"evaluate": {"bucket_edges": [4, 6, 8, 10]}})
+    ev = evaluate_predictions(make_rows(), eval_spec(cfg, is_illegal_phoneme))
     assert [b["bucket"] for b in ev.buckets] == ["1-4", ">10"]
     assert [b["count"] for b in ev.buckets] == [8, 1]
     assert ev.buckets[0]["exact_match"] == pytest.approx(2 / 8)
@@ -180,6 +181,31 @@ def test_exposure_bias_gap_is_teacher_forced_minus_free_running_accuracy() -> No
     for b in ev.buckets:
         assert b["exposure_bias_gap"] == pytest.approx(1 - b["fr_token_accuracy"])
         assert b["perplexity"] == pytest.approx(math.exp(b["count"] / b["ppl_denominator_tokens"]))
+
+
+@pytest.mark.parametrize(("lengths", "edges"), [
+    (list(range(1, 11)), (2, 4, 6, 8)),  # ten lengths: 2 per quintile
+    ([3, 3, 3], ()),  # one length: one bucket ("all")
+    ([1] * 90 + [20] * 10, (1,)),  # ties: each edge once, none at the longest
+    ([5] * 59 + [12] * 41, (5,)),
+    ([], ()),
+])
+def test_auto_bucket_edges_are_the_length_quintiles_below_the_longest(
+        lengths: list[int], edges: tuple[int, ...]) -> None:
+    assert length_edges(lengths) == edges
+
+
+def test_auto_buckets_fit_the_data_where_fixed_edges_put_most_rows_in_one() -> None:
+    # A lexicon of long targets (the issue's: 59 % of test words above 10 symbols).
+    rows = [PredictionRow(f"r{n}", f"g{n}", "w", " ".join(["AA"] * n), "AA", [0], ["AA"],
+                          -1.0, -1.0, 1, True, []) for n in range(6, 26)]
+    fixed = evaluate_predictions(rows, eval_spec(config_from_dict(
+        {"evaluate": {"bucket_edges": [4, 6, 8, 10]}}), None))
+    auto = evaluate_predictions(rows, eval_spec(config_from_dict({}), None))
+    assert max(b["count"] for b in fixed.buckets) == 15  # >10
+    assert [b["bucket"] for b in auto.buckets] == ["1-9", "10-13", "14-17", "18-21", ">21"]
+    assert [b["count"] for b in auto.buckets] == [4, 4, 4, 4, 4]
+    assert sum(b["count"] for b in auto.buckets) == len(rows)
 
 
 def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> None:

@@ -74,6 +74,19 @@ def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path
     assert bucket_header.count("|") - 1 <= 8  # fits a page; buckets.csv has every column
 
 
+def test_report_names_the_error_rates_after_the_task() -> None:
+    # Issue 30: a parallel result's tokens are not phonemes; a G2P result's are.
+    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), None))
+    rules = eval_spec(config_from_dict({}), None).rules.describe()
+    heads = {task: render_report({"split": "test", "signature": f"task:{task}|v:1"}
+                                 | prediction_metrics(ev), ev, {}, rules, {}, []
+                                 ).split("## Headline")[0] for task in ("g2p", "parallel")}
+    assert "PER (phoneme error rate)" in heads["g2p"] and "WER (word" in heads["g2p"]
+    assert "sequence error rate (1 - exact_match)" in heads["parallel"]
+    assert "token error rate against the closest" in heads["parallel"]
+    assert "PER" not in heads["parallel"] and "WER" not in heads["parallel"]
+
+
 def test_failure_examples_show_each_source_once() -> None:
     rows = make_rows()
     twins = [type(r)(**{**r.__dict__, "id": r.id + "b"}) for r in rows]  # same sources again

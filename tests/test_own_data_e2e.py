@@ -13,6 +13,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import yaml
 from tests.pipeline_helpers import TINY_PARAMS, copy_repo, dvc, merge
 
 
@@ -43,10 +44,31 @@ def p2g_rows(n: int = 300, step: int = 450) -> list[str]:
 
 @pytest.fixture(scope="module")
 def p2g_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The steps of docs/own-data.md: the file under data/external/, tracked by DVC, the
+    params, `dvc repro`, and the documented commit."""
     repo = copy_repo(tmp_path_factory.mktemp("p2g"), merge(TINY_PARAMS, P2G_PARAMS))
     (repo / "data/external/p2g.tsv").write_text("".join(r + "\n" for r in p2g_rows()))
+    dvc(repo, "add", "data/external/p2g.tsv")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "data/external/p2g.tsv.dvc", "data/external/.gitignore"],
+                   cwd=repo, check=True)
     dvc(repo, "repro")
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "Result: p2g"], cwd=repo, check=True)
     return repo
+
+
+def test_the_data_file_is_dvc_tracked_and_the_documented_commit_leaves_it_out_of_git(
+        p2g_repo: Path) -> None:
+    # Issue 30: `git add -A` committed an 11.7 MB external file into git.
+    tracked = subprocess.run(["git", "ls-files"], cwd=p2g_repo, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "data/external/p2g.tsv.dvc" in tracked and "data/external/p2g.tsv" not in tracked
+    assert {"params.yaml", "dvc.lock", "reports/metrics.json"} <= set(tracked)
+    assert "Data and pipelines are up to date" in dvc(p2g_repo, "status")
+    md5 = yaml.safe_load((p2g_repo / "data/external/p2g.tsv.dvc").read_text())["outs"][0]["md5"]
+    cached = p2g_repo / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
+    assert cached.read_bytes() == (p2g_repo / "data/external/p2g.tsv").read_bytes()  # pushable
 
 
 def test_a_p2g_tsv_runs_end_to_end_with_a_tokenizer_that_covers_it(p2g_repo: Path) -> None:

@@ -35,6 +35,20 @@ def test_signature_spells_each_contract_field_in_sacrebleu_style(cfg: Config) ->
     assert "|".join(f"{k}:{v}" for k, v in parse_signature(sig).items()) == sig
 
 
+def test_stress_is_signed_and_recorded_only_for_the_cmudict_source(cfg: Config) -> None:
+    # Issue 30: a user's TSV is read as it is; its contract claimed `stress:strip`.
+    own = dataclasses.replace(cfg, data=dataclasses.replace(
+        cfg.data, source="tsv", path="data/external/own.tsv"))
+    for sign in (lambda c: contract_signature(c, CONTRACT), lambda c: data_signature(c, "0" * 64),
+                 lambda c: tokenizer_signature(c, CONTRACT)):
+        assert parse_signature(sign(cfg))["stress"] == "strip"
+        assert "stress" not in parse_signature(sign(own))
+    assert "data.keep_stress" in result_params(cfg)
+    assert "data.keep_stress" not in result_params(own)
+    assert "data.keep_stress" in training_contract(cfg, CONTRACT)
+    assert "data.keep_stress" not in training_contract(own, CONTRACT)
+
+
 def test_the_tokenizer_signature_is_the_contract_signature_without_the_loss(
         cfg: Config) -> None:
     """What the tokenizer stage signs holds no loss field: a loss edit must not make the

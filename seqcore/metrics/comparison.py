@@ -17,7 +17,8 @@ import numpy as np
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.bootstrap import (
     METRICS, PairedResult, Resampling, group_sums, paired, row_matrix)
-from seqcore.metrics.evaluation import EvalSpec, bucket_index, bucket_label, row_stats
+from seqcore.metrics.evaluation import (
+    EvalSpec, bucket_index, bucket_label, resolved_edges, row_stats)
 from seqcore.metrics.failures import KINDS, failure_kinds
 from seqcore.metrics.scores import ErrorStats
 
@@ -122,14 +123,15 @@ def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,
         "headline": _as_dicts(paired(group_sums(mat_a, groups), group_sums(mat_b, groups), r,
                                      names))}
     by_bucket: dict[int, list[int]] = {}
+    edges = resolved_edges(spec.edges, a)
     for i, x in enumerate(a):
-        by_bucket.setdefault(bucket_index(len(x.reference.split()), spec.edges), []).append(i)
+        by_bucket.setdefault(bucket_index(len(x.reference.split()), edges), []).append(i)
     out["buckets"] = []
     for bucket, index in sorted(by_bucket.items()):
         sub = [groups[i] for i in index]
         res = paired(group_sums(mat_a[index], sub), group_sums(mat_b[index], sub), r,
                      ["word_error_rate", "token_error_rate"])
-        out["buckets"].append({"bucket": bucket_label(bucket, spec.edges), "count": len(index),
+        out["buckets"].append({"bucket": bucket_label(bucket, edges), "count": len(index),
                                "metrics": _as_dicts(res)})
     fail_a, fail_b = _failure_matrix(a, spec), _failure_matrix(b, spec)
     out["failures"] = _as_dicts(paired(group_sums(fail_a, groups), group_sums(fail_b, groups),

@@ -25,7 +25,7 @@ from seqcore.text import UNK_PIECE
 class EvalSpec:
     """What an evaluation needs besides the rows (built from the ``evaluate`` section)."""
 
-    edges: tuple[int, ...]
+    edges: tuple[int, ...] | str  # "auto": from the references (length_edges)
     rules: FailureRules
     group_by: str  # "none" | "group"
     illegal: Callable[[str], bool] | None
@@ -53,6 +53,29 @@ class Evaluation:
     failures: dict[str, Any]
     intervals: dict[str, dict[str, float]] = field(default_factory=dict)
     stats: list[ErrorStats] = field(default_factory=list)
+
+
+#: ``evaluate.bucket_edges: auto`` cuts the references into this many length quantiles.
+AUTO_BUCKETS = 5
+
+
+def length_edges(lengths: list[int], buckets: int = AUTO_BUCKETS) -> tuple[int, ...]:
+    """Bucket edges from the data: for k = 1 .. buckets - 1, the smallest length that at
+    least k / buckets of ``lengths`` do not exceed, each once, below the longest (so no
+    bucket is empty). A constant only fits one dataset: ``[4, 6, 8, 10]`` put 59 % of
+    another lexicon's words in ``>10`` (issue 30)."""
+    ordered = sorted(lengths)
+    cuts = {ordered[-(-len(ordered) * k // buckets) - 1] for k in range(1, buckets)
+            } if ordered else set()
+    return tuple(sorted(e for e in cuts if e < ordered[-1]))
+
+
+def resolved_edges(edges: tuple[int, ...] | str, rows: list[PredictionRow]) -> tuple[int, ...]:
+    """The configured edges, or (``auto``) the quantile edges of the rows' reference lengths
+    in target symbols: two systems scored on the same rows get the same buckets."""
+    if edges != "auto":
+        return tuple(edges)
+    return length_edges([len(r.reference.split()) for r in rows])
 
 
 def bucket_index(length: int, edges: tuple[int, ...]) -> int:
@@ -124,17 +147,18 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
         teacher: optional teacher-forced statistics of the same examples, by id.
     """
     stats = row_stats(rows)
+    edges = resolved_edges(spec.edges, rows)
     by_bucket: dict[int, list[int]] = defaultdict(list)
     by_group: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
-        by_bucket[bucket_index(len(r.reference.split()), spec.edges)].append(i)
+        by_bucket[bucket_index(len(r.reference.split()), edges)].append(i)
         by_group[r.group].append(i)
 
     def table(index: list[int], corpus_scores: bool = True) -> dict[str, Any]:
         return _table_row([rows[i] for i in index], sum((stats[i] for i in index), ErrorStats()),
                           teacher, corpus_scores)
 
-    buckets = [{"bucket": bucket_label(b, spec.edges)} | table(idx)
+    buckets = [{"bucket": bucket_label(b, edges)} | table(idx)
                for b, idx in sorted(by_bucket.items())]
     groups = ([{"group": g} | table(idx, False) for g, idx in sorted(by_group.items())]
               if spec.group_by == "group" else [])

@@ -80,17 +80,30 @@ def _interval_note(metrics: dict[str, Any]) -> list[str]:
             "between two results."]
 
 
+def error_names(metrics: dict[str, Any]) -> tuple[str, str, str, str]:
+    """The task's names of its two error rates, long and short: WER and PER for G2P; the
+    sequence and token error rate for any other parallel data, whose tokens are not phonemes
+    nor its sequences words (issue 30). The task is read from the result signature."""
+    if parse_signature(metrics.get("signature", "")).get("task") == "g2p":
+        return ("WER (word error rate, 1 - exact_match)", "WER",
+                "PER (phoneme error rate)", "PER")
+    return ("sequence error rate (1 - exact_match)", "sequence error rate",
+            "token error rate", "token error rate")
+
+
 def _lead(metrics: dict[str, Any]) -> list[str]:
-    """WER, PER and perplexity first: the three numbers a G2P result is judged by, each with
+    """The two error rates and perplexity first (WER, PER and perplexity for G2P), each with
     its bootstrap interval."""
     split = metrics["split"]
     values = dict(metrics)
     if metrics.get("exact_match_multi_ref") is not None:
         values["word_error_rate_multi_ref"] = 1.0 - metrics["exact_match_multi_ref"]
-    lead = (("WER (word error rate, 1 - exact_match)", "word_error_rate"),
-            ("WER against any reference of the group", "word_error_rate_multi_ref"),
-            ("PER (phoneme/token error rate)", "token_error_rate"),
-            ("PER against the closest reference of the group", "token_error_rate_multi_ref"),
+    seq, seq_short, tok, tok_short = error_names(metrics)
+    lead = ((seq, "word_error_rate"),
+            (f"{seq_short} against any reference of the group", "word_error_rate_multi_ref"),
+            (tok, "token_error_rate"),
+            (f"{tok_short} against the closest reference of the group",
+             "token_error_rate_multi_ref"),
             (f"perplexity ({split}, teacher-forced, per target token)", f"{split}_perplexity"))
     ci = parse_signature(metrics.get("interval_signature", "ci:95"))
     return ([f"| headline | value | {ci['ci']} % interval |", "|---|---|---|"]
@@ -114,7 +127,9 @@ def _baseline(metrics: dict[str, Any], decode: dict[str, Any]) -> list[str]:
     lines = ["", "## Beside the baseline", "",
              "| metric | model | baseline | model - baseline | interval | p (bootstrap) | "
              "p (randomization) |", "|---|---|---|---|---|---|---|"]
+    _, seq, _, tok = error_names(metrics)
     for name, k in _VERSUS:
+        name = name.replace("WER", seq).replace("PER", tok)
         v = versus.get(k)
         if v is None or base.get(k) is None or v["delta"] is None:
             continue

@@ -90,7 +90,7 @@ def lm_signature_fields(cfg: Config, docs: list[Document], vocab: CharVocab,
 
     Source and target are the one character vocabulary; documents are never cut by length,
     only into truncated-BPTT segments (``trunc``); the text is read as it is (no
-    normalisation, case folding or stress stripping); ``norm`` is the feed's loss
+    normalisation or case folding; no ``stress`` field: nothing is stripped); ``norm`` is the feed's loss
     normalisation (sequence-mean falls back to token-mean in a stream).
     """
     chars = f"char-v{vocab.size}-{vocab.sha256()[:8]}"
@@ -99,7 +99,7 @@ def lm_signature_fields(cfg: Config, docs: list[Document], vocab: CharVocab,
             "src": chars, "tgt": chars, "pad": str(ids.pad), "unk": str(ids.unk),
             "bos": str(ids.bos), "eos": str(ids.eos), "maxsrc": "none", "maxtgt": "none",
             "trunc": f"bptt-{cfg.train.bptt_len}", "norm": "none", "case": "keep",
-            "stress": "keep", "loss": norm, "ls": f"{cfg.sequence.label_smoothing:g}",
+            "loss": norm, "ls": f"{cfg.sequence.label_smoothing:g}",
             "fmt": str(SIGNATURE_FORMAT), "version": __version__}
 
 
