@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from pathlib import Path
 
@@ -73,6 +74,23 @@ def test_invalid_params_are_rejected_with_a_named_reason(raw: dict, message: str
     assert str(err.value) == f"params: {message}"
 
 
+def _numbers(hint: object) -> bool:
+    """A number, or a list of numbers."""
+    args = set(typing.get_args(hint)) - {Ellipsis}
+    return hint in (int, float) or (typing.get_origin(hint) is tuple and bool(args)
+                                    and args <= {int, float})
+
+
+def _is_list(key: str) -> bool:
+    """Whether the config field ``key`` takes a list (alone or beside a word such as auto)."""
+    cls: object = Config
+    *sections, name = key.split(".")
+    for part in sections:
+        cls = typing.get_type_hints(cls)[part]
+    hint = typing.get_type_hints(cls)[name]
+    return any(typing.get_origin(h) is tuple for h in (hint, *typing.get_args(hint)))
+
+
 def _numeric_keys() -> set[str]:
     """Dotted names of every int/float field (tuples of numbers included) of the config tree."""
     keys: set[str] = set()
@@ -83,9 +101,8 @@ def _numeric_keys() -> set[str]:
             args = set(typing.get_args(hint)) - {Ellipsis}
             if dataclasses.is_dataclass(hint):
                 walk(hint, f"{prefix}{f.name}.")
-            elif hint in (int, float) or (typing.get_origin(hint) is tuple
-                                          and args and args <= {int, float}) \
-                    or (typing.get_origin(hint) is typing.Union and args & {int, float}):
+            elif _numbers(hint) or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                                    and any(_numbers(a) for a in args)):
                 keys.add(prefix + f.name)
 
     walk(Config, "")
@@ -107,15 +124,17 @@ def _just_outside(interval: str, integer: bool) -> float:
 @pytest.mark.parametrize("key", sorted(RANGES))
 def test_each_numeric_parameter_rejects_a_value_below_its_range(key: str) -> None:
     default = flatten(as_dict(Config()))[key]
-    integer = isinstance(default[0] if isinstance(default, list) else default, int) \
-        if default != [] else True
+    listed = _is_list(key)
+    first = default[0] if isinstance(default, list) and default else default
+    integer = not isinstance(first, float)  # an empty list or a word (auto): integers
     bad = _just_outside(RANGES[key], integer)
     bad = int(bad) if integer else float(bad)
     section, *rest = key.split(".")
-    node: dict = {rest[-1]: [bad] * max(len(default), 1) if isinstance(default, list) else bad}
+    size = len(default) if isinstance(default, list) else 1
+    node: dict = {rest[-1]: [bad] * max(size, 1) if listed else bad}
     for part in reversed([section, *rest[:-1]]):
         node = {part: node}
-    shown = f"{key}[0]" if isinstance(default, list) else key
+    shown = f"{key}[0]" if listed else key
     with pytest.raises(ConfigError) as err:
         config_from_dict(node)
     assert str(err.value) == f"params: {shown} = {bad!r}: {in_range(bad, RANGES[key])}"

@@ -209,7 +209,8 @@ def test_auto_buckets_fit_the_data_where_fixed_edges_put_most_rows_in_one() -> N
 
 
 def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> None:
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
+    fixed = config_from_dict({"evaluate": {"bucket_edges": [4, 6, 8, 10]}})
+    ev = evaluate_predictions(make_rows(), eval_spec(fixed, is_illegal_phoneme))
     metrics = {"split": "test", "signature": "task:g2p|data:abc|version:1"} | prediction_metrics(ev)
     text = render_report(metrics, ev, {"strategy": "greedy", "max_len": 32},
                          eval_spec(config_from_dict({}), is_illegal_phoneme).rules.describe(), {"t": "x.png"}, [])
