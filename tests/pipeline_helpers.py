@@ -9,6 +9,7 @@ import atexit
 import contextlib
 import functools
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -300,3 +301,27 @@ def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: RunRecord,
                                                     dst_path=str(tmp / rid),
                                                     tracking_uri=client.tracking_uri)
         assert Path(local).read_text() == text
+
+
+def doc_blocks(page: Path, lang: str) -> list[tuple[str, str]]:
+    """``(section heading, text)`` of every fenced ``lang`` block of a Markdown page, in
+    order: the tests that run a documented sequence read it from the page, so a doc edit
+    changes what they run."""
+    blocks, heading, inside, lines = [], "", False, []
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if not inside and line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        elif not inside and line.strip() == f"```{lang}":
+            inside, lines = True, []
+        elif inside and line.strip() == "```":
+            inside = False
+            blocks.append((heading, "\n".join(lines) + "\n"))
+        elif inside:
+            lines.append(line)
+    return blocks
+
+
+def doc_commands(block: str) -> list[str]:
+    """The command lines of a bash block, without trailing comments and blank lines."""
+    return [c for c in (re.split(r"\s{2,}#", line)[0].strip() for line in block.splitlines())
+            if c and not c.startswith("#")]
