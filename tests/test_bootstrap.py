@@ -1,8 +1,10 @@
 """Intervals and paired significance (seqcore.metrics.bootstrap; issue 27): known answers on
-constructed predictions, the group resampling, determinism."""
+constructed predictions, the group resampling, determinism; the lm task's perplexity
+intervals over documents."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,12 +12,15 @@ import pytest
 
 from seqcore.config import config_from_dict
 from seqcore.g2p import is_illegal_phoneme
+from seqcore.artifacts.base import json_text
 from seqcore.metrics.bootstrap import (
-    COLUMNS, Resampling, group_sums, intervals, paired, resample_counts, row_matrix)
+    COLUMNS, Resampling, document_interval, group_sums, intervals, nll_matrix, paired,
+    resample_counts, row_matrix)
 from seqcore.metrics.evaluation import evaluate_predictions
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.scores import error_stats
 from seqcore.metrics.teacher import TeacherStats
+from seqcore.nulls import null_undefined
 from tests.factories import make_rows
 
 R = Resampling(1000, 12345, 0.95)
@@ -127,3 +132,70 @@ def test_resampled_sums_are_exact_integers_nll_in_nano_nats() -> None:
     assert m.dtype == np.int64 and m[:, COLUMNS.index("nll_nano")].tolist() == [
         100_000_000, 200_000_000]
     assert R.signature("group") == "ci:95|bs:1000|rs:12345|by:group"
+
+
+# -- the lm task: perplexity intervals over documents --------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """numpy's default (linear) percentile, by hand."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    return ordered[lo] + (ordered[min(lo + 1, len(ordered) - 1)] - ordered[lo]) * (pos - lo)
+
+
+def test_the_document_interval_of_perplexity_matches_a_hand_computation_with_the_same_seed(
+) -> None:
+    docs = [(2.0, 4), (9.0, 3), (1.5, 5)]  # (NLL in nats, tokens) of three documents
+    r = Resampling(7, 3, 0.5)
+    got = document_interval(docs, r)
+    # By hand: each resample draws the three documents with the generator's counts; its
+    # perplexity is exp(sum of the drawn documents' NLL / sum of their tokens).
+    counts = np.random.Generator(np.random.PCG64(3)).multinomial(3, [1 / 3] * 3, size=7)
+    ppl = [math.exp(sum(c * n for c, (n, _) in zip(row, docs))
+                    / sum(c * t for c, (_, t) in zip(row, docs))) for row in counts]
+    assert got == {"low": pytest.approx(percentile(ppl, 0.25), rel=1e-12),
+                   "high": pytest.approx(percentile(ppl, 0.75), rel=1e-12)}
+    assert len(set(ppl)) > 2  # the draws differ: a real test of the percentiles
+    assert nll_matrix(docs)[:, COLUMNS.index("nll_nano")].tolist() == [
+        2_000_000_000, 9_000_000_000, 1_500_000_000]
+
+
+def test_resampling_documents_gives_a_wider_interval_than_resampling_tokens() -> None:
+    # 40 documents of 50 tokens: one at 4 nats per token, the rest at 1. A document's tokens
+    # share its text and carried state (here: perfectly correlated), so it is one trial, not
+    # 50; resampling tokens as if independent understates the uncertainty about 7-fold.
+    docs = [(4.0 * 50 if d == 0 else 1.0 * 50, 50) for d in range(40)]
+    by_doc = document_interval(docs, R)
+    tokens = [(n / t, 1) for n, t in docs for _ in range(t)]
+    by_token = intervals(group_sums(nll_matrix(tokens), [f"t{i:05d}" for i in range(2000)]),
+                         R, ["perplexity"])["perplexity"]
+    point = math.exp(sum(n for n, _ in docs) / sum(t for _, t in docs))
+    for b in (by_doc, by_token):
+        assert b["low"] <= point <= b["high"], (b, point)
+    width = {"document": by_doc["high"] - by_doc["low"],
+             "token": by_token["high"] - by_token["low"]}
+    assert width["document"] > 3 * width["token"], width
+
+
+def test_the_document_interval_is_the_same_bytes_for_the_same_seed() -> None:
+    rng = np.random.default_rng(3)
+    docs = [(float(rng.uniform(10, 90)), int(rng.integers(20, 60))) for _ in range(30)]
+    first = json.dumps(document_interval(docs, R))
+    assert json.dumps(document_interval(docs, R)) == first
+    assert json.dumps(document_interval(docs, Resampling(1000, 999, 0.95))) != first
+
+
+def test_no_documents_give_null_bounds_and_one_document_a_degenerate_interval() -> None:
+    none = document_interval([], R)
+    assert math.isnan(none["low"]) and math.isnan(none["high"])
+    written = json.loads(json_text(null_undefined({"interval": {"dev_ppl_carried": none}})))
+    bounds = written["interval"]["dev_ppl_carried"]
+    assert bounds["low"] is None and bounds["high"] is None and bounds["low_null_reason"]
+    one = document_interval([(6.0, 4)], R)
+    assert one["low"] == one["high"] == pytest.approx(math.exp(6.0 / 4), rel=1e-12)
+    assert math.isnan(document_interval([(6.0, 4)], Resampling(0, 1, 0.95))["low"])
+    inf = document_interval([(math.inf, 4), (1.0, 2)], R)  # the perplexity is undefined too
+    assert math.isnan(inf["low"]) and math.isnan(inf["high"])
+    assert Resampling().signature("document") == "ci:95|bs:1000|rs:12345|by:document"

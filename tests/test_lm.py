@@ -13,11 +13,13 @@ from seqcore.contract import IGNORE_INDEX
 from seqcore.data.batching import Segment, StreamBatcher
 from seqcore.data.documents import (
     CharVocab, Document, cmudict_documents, read_documents, split_documents)
-from seqcore.models.rnn_lm import reset_state
+from seqcore.metrics.bootstrap import Resampling
+from seqcore.models.rnn_lm import RNNLM, reset_state
+from seqcore.tasks.lm.evaluate import interval_metrics, report_markdown, signed_result
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.lm import LMFeed, lm_nll, segment_loss
+from seqcore.training.lm import LMFeed, StreamNLL, lm_nll, segment_loss, stream_nll
 from seqcore.training.loop import TrainLoop
-from seqcore.training.setups import lm_setup
+from seqcore.training.setups import lm_report, lm_setup
 from tests.factories import IDS, document_nll, tiny_lm
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
@@ -144,6 +146,40 @@ def test_perplexity_with_carried_state_counts_the_same_tokens_as_with_resets() -
     assert one[0] == pytest.approx(lm_nll(m, docs, IDS, 1, 3, carry=True)[0], rel=1e-5)
 
 
+def nll_before_issue_27(m: RNNLM, docs: list[list[int]], streams: int, bptt: int,
+                        carry: bool) -> tuple[float, int]:
+    """lm_nll as it was before the per-document sums: the NLL summed segment by segment."""
+    b = StreamBatcher(docs, streams, bptt, 0, False, SPECIAL)
+    state, total, count = m.initial_state(streams), 0.0, 0
+    with torch.no_grad():
+        while (seg := b.next()) is not None:
+            if not carry:
+                seg = Segment(seg.inputs, seg.labels, torch.ones_like(seg.reset))
+            out, state = segment_loss(m, seg, state, "sum", 0.0, ())
+            total += float(out.nll)
+            count += out.tokens
+    return total, count
+
+
+@pytest.mark.parametrize("carry", [True, False], ids=["carried", "reset"])
+def test_per_document_nll_adds_up_to_the_total_and_leaves_the_perplexity_unchanged(
+    carry: bool,
+) -> None:
+    m = tiny_lm("lstm", embed_dim=6)
+    docs = [[4, 5, 6] * 4, [7, 8] * 3, [9, 10, 11], [4, 11] * 5]  # 2 slots: 4 documents dealt
+    s = stream_nll(m, docs, IDS, 2, 3, carry)
+    # the point figure is summed exactly as before (same bytes), and lm_nll is that figure
+    assert (s.total, s.tokens) == nll_before_issue_27(m, docs, 2, 3, carry)
+    assert lm_nll(m, docs, IDS, 2, 3, carry) == (s.total, s.tokens)
+    assert [t for _, t in s.documents] == [len(d) + 1 for d in docs]
+    assert sum(n for n, _ in s.documents) == pytest.approx(s.total, rel=1e-6)
+    # Known answer: each document alone, read whole (carried) or in windows of 3 positions
+    # from the zero state (reset), whichever slot and segment it was dealt to.
+    by_hand = [document_nll(m, d, None if carry else 3) for d in docs]
+    assert [n for n, _ in s.documents] == pytest.approx(by_hand, rel=1e-5)
+    assert stream_nll(m, [], IDS, 2, 3, carry) == StreamNLL(0.0, 0, ())  # an empty split
+
+
 # -- the lm task end to end in the library -----------------------------------------------------
 
 
@@ -174,6 +210,16 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
         assert report[f"{name}_ppl_reset_every_segment"] == pytest.approx(
             math.exp(reset / tokens), rel=1e-5)
         assert carried != pytest.approx(reset)  # the windows cut these documents
+    # the report is the held-out NLL's, and each perplexity's document interval holds it
+    held_out = setup.held_out()
+    assert lm_report(held_out) == setup.report()
+    interval = interval_metrics(held_out, Resampling(200, 1, 0.95))["interval"]
+    assert set(interval) == {f"{split}_ppl_{mode}" for split in ("dev", "test")
+                             for mode in ("carried", "reset_every_segment")}
+    for key, bounds in interval.items():
+        assert bounds["low"] <= report[key] <= bounds["high"], (key, bounds, report[key])
+        assert bounds["low"] < bounds["high"]  # three different documents
+    assert interval_metrics(held_out, Resampling(0, 1, 0.95)) == {}
     assert setup.contract["task"] == "lm" and "trunc:bptt-5" in setup.signature
     with pytest.raises(ValueError, match="number of parallel streams"):
         lm_setup(cfg, docs[:1])
@@ -185,3 +231,28 @@ def test_lm_task_needs_a_recurrent_model_and_no_scheduled_sampling() -> None:
     with pytest.raises(ConfigError, match="ss_schedule = 'linear': must be off"):
         config_from_dict({"task": "lm", "model": {"family": "gru"},
                           "train": {"ss_schedule": "linear"}})
+
+
+def test_the_lm_report_shows_each_perplexity_with_its_interval_and_the_resampling() -> None:
+    lm = {"dev_ppl_carried": 5.0, "dev_tokens": 40}
+    drawn = {"interval": {"dev_ppl_carried": {"low": 4.5, "high": 5.75}},
+             "interval_signature": "ci:90|bs:500|rs:7|by:document"}
+    text = report_markdown("task:lm", lm, drawn)
+    assert "| metric | value | 90 % interval |" in text
+    assert "| dev_ppl_carried | 5.0 | [4.5000, 5.7500] |" in text
+    assert "| dev_tokens | 40 | - |" in text
+    assert ("Intervals: 90 % percentile bootstrap, 500 resamples of the split's documents"
+            in text and "seed 7 (`ci:90|bs:500|rs:7|by:document`)" in text)
+    off = report_markdown("task:lm", lm, {})
+    assert "Intervals" not in off and "| dev_ppl_carried | 5.0 | - |" in off
+
+
+def test_the_lm_result_signature_carries_the_document_bootstrap_settings() -> None:
+    contract = "task:lm|data:abc|fmt:2|version:1"
+    cfg = config_from_dict({"task": "lm", "model": {"family": "gru"}})
+    assert signed_result(cfg, contract, {"k": 1}, "f" * 64).endswith(
+        "|model:ffffffffffff|decode:none|ci:95|bs:1000|rs:12345|by:document|fmt:2|version:1")
+    off = config_from_dict({"task": "lm", "model": {"family": "gru"},
+                            "evaluate": {"bootstrap_samples": 0}})
+    assert signed_result(off, contract, {"k": 1}, "f" * 64).endswith(
+        "|model:ffffffffffff|decode:none|fmt:2|version:1")

@@ -8,6 +8,7 @@ import math
 import shutil
 from pathlib import Path
 
+import mlflow
 import pytest
 from tests.pipeline_helpers import copy_repo, dvc, run_audit
 
@@ -45,8 +46,26 @@ def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(
     assert metrics["dev_ppl_carried"] == pytest.approx(math.exp(trained["best_dev_nll"]),
                                                        rel=1e-5)
     # and the model file it read is the one the train stage reported on, for both splits
-    assert metrics == pytest.approx(trained["lm"], rel=1e-6)
+    assert set(metrics) == set(trained["lm"]) | {"interval"}
+    assert {k: metrics[k] for k in trained["lm"]} == pytest.approx(trained["lm"], rel=1e-6)
     assert min(metrics["dev_tokens"], metrics["test_tokens"]) > 0
+    # each perplexity has its interval over the split's documents (two here), holding it
+    ppl = {k for k in metrics if "_ppl_" in k}
+    assert len(ppl) == 4 and set(metrics["interval"]) == ppl
+    for key in ppl:
+        bounds = metrics["interval"][key]
+        assert bounds["low"] <= metrics[key] <= bounds["high"], (key, bounds, metrics[key])
+    assert results["interval_signature"] == "ci:95|bs:1000|rs:12345|by:document"
+    assert "|decode:none|ci:95|bs:1000|rs:12345|by:document|fmt:" in results["signature"]
+    report = (repo / "reports/report.md").read_text()
+    assert "| test_ppl_carried |" in report and "resamples of the split's documents" in report
+    # the MLflow run has the bounds as metrics and the interval signature as a tag
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-lm").experiment_id])
+    logged = {k: v for k, v in run.data.metrics.items() if k.startswith("interval.")}
+    assert logged == pytest.approx({f"interval.{k}.{side}": metrics["interval"][k][side]
+                                    for k in ppl for side in ("low", "high")}, rel=1e-12)
+    assert run.data.tags["metrics.interval_signature"] == results["interval_signature"]
     assert "up to date" in dvc(repo, "status")
 
 

@@ -178,6 +178,11 @@ class StreamBatcher:
         self.state = StreamState(epoch, nxt, tuple(slots))
         return _segment(rows_in, rows_lab, reset, self.bptt, self.pad)
 
+    def owners(self) -> list[int]:
+        """The document each slot's row of the last segment read (-1: none), by slot: a row
+        never straddles two documents."""
+        return [doc for doc, _ in self.state.slots]
+
     def _slice(self, doc: list[int] | None, a: int, b: int) -> list[int]:
         """``[BOS, *doc, EOS][a:b]`` without copying the document (None = empty slot)."""
         if doc is None:

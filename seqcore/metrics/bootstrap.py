@@ -4,9 +4,10 @@ A headline metric is a ratio of sums of per-row statistics (WER = errors / words
 reference tokens, perplexity = exp(NLL / tokens)), so a resample is a weighted sum: a count per
 group times the group's statistics. Groups, not rows, are resampled: all pronunciations of a
 word (a predictions row's ``group``) move together, since they share one source and are not
-independent trials.
+independent trials; for the lm task a group is a document (all its tokens move together).
 
 - :func:`intervals`: the percentile bootstrap interval of every metric of one system.
+- :func:`document_interval`: the lm task's perplexity interval, resampling documents.
 - :func:`paired`: two systems on the same rows: the difference B - A, its paired-bootstrap
   interval and p-value (Koehn 2004; sacreBLEU's ``--paired-bs``), and an approximate-
   randomization p-value (sacreBLEU's ``--paired-ar``): each trial swaps the two systems'
@@ -82,13 +83,20 @@ def row_matrix(stats: Sequence[object], nll: Sequence[tuple[float, int]] | None 
                ) -> np.ndarray:
     """One int64 row of :data:`COLUMNS` per predictions row: ErrorStats fields, and the
     teacher-forced (NLL, tokens) of the row when given (zeros otherwise)."""
-    m = np.zeros((len(stats), len(COLUMNS)), dtype=np.int64)
+    m = nll_matrix(nll if nll is not None else [(0.0, 0)] * len(stats))
     for i, s in enumerate(stats):
         for name in COLUMNS[:9]:
             m[i, _C[name]] = getattr(s, name)
-        if nll is not None:
-            m[i, _C["nll_nano"]] = round(nll[i][0] * NANO)
-            m[i, _C["nll_tokens"]] = nll[i][1]
+    return m
+
+
+def nll_matrix(nll: Sequence[tuple[float, int]]) -> np.ndarray:
+    """One int64 row of :data:`COLUMNS` per (NLL in nats, tokens) pair: the NLL in integer
+    nano-nats (so resampled sums are exact), zeros in the other columns."""
+    m = np.zeros((len(nll), len(COLUMNS)), dtype=np.int64)
+    for i, (total, tokens) in enumerate(nll):
+        m[i, _C["nll_nano"]] = round(total * NANO)
+        m[i, _C["nll_tokens"]] = tokens
     return m
 
 
@@ -135,6 +143,26 @@ def intervals(sums: np.ndarray, r: Resampling, names: Sequence[str] | None = Non
         lo, hi = _bounds(f(resampled), r.confidence)
         out[name] = {"low": lo, "high": hi}
     return out
+
+
+def document_interval(nll: Sequence[tuple[float, int]], r: Resampling) -> dict[str, float]:
+    """The perplexity's interval resampling documents (the lm task): every token of a
+    document moves with it, since its NLL comes from one carried state and one text, not
+    from independent tokens.
+
+    Args:
+        nll: (NLL in nats, tokens) of each document, in document order.
+
+    Returns:
+        ``{"low": .., "high": ..}`` of exp(sum NLL / sum tokens) (:data:`METRICS`
+        ``perplexity``); NaN bounds without documents or resamples, or when a document's
+        NLL is not finite (the perplexity itself is undefined then).
+    """
+    if not all(math.isfinite(x) for x, _ in nll):
+        return {"low": math.nan, "high": math.nan}
+    width = len(str(len(nll)))
+    groups = [f"{i:0{width}d}" for i in range(len(nll))]  # one per document; sorted = in order
+    return intervals(group_sums(nll_matrix(nll), groups), r, ["perplexity"])["perplexity"]
 
 
 @dataclass(frozen=True)

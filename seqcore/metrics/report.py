@@ -61,7 +61,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             + ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows])
 
 
-def _interval(metrics: dict[str, Any], key: str) -> str:
+def interval_cell(metrics: dict[str, Any], key: str) -> str:
     """``[low, high]`` of a metric's bootstrap interval, ``-`` without one."""
     bounds = (metrics.get("interval") or {}).get(key) or {}
     if bounds.get("low") is None or bounds.get("high") is None:
@@ -107,7 +107,7 @@ def _lead(metrics: dict[str, Any]) -> list[str]:
             (f"perplexity ({split}, teacher-forced, per target token)", f"{split}_perplexity"))
     ci = parse_signature(metrics.get("interval_signature", "ci:95"))
     return ([f"| headline | value | {ci['ci']} % interval |", "|---|---|---|"]
-            + [f"| {name} | {fmt(values[k])} | {_interval(metrics, k)} |"
+            + [f"| {name} | {fmt(values[k])} | {interval_cell(metrics, k)} |"
                for name, k in lead if k in values] + _interval_note(metrics))
 
 
@@ -174,7 +174,7 @@ def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
 def _headline(metrics: dict[str, Any]) -> list[str]:
     lines = [f"Split `{metrics['split']}`, {metrics['examples']} sequences.", "",
              "| metric | value | interval | denominator / note |", "|---|---|---|---|"]
-    lines += [f"| {k} | {fmt(metrics[k])} | {_interval(metrics, k)} | {note} |"
+    lines += [f"| {k} | {fmt(metrics[k])} | {interval_cell(metrics, k)} | {note} |"
               for k, note in _HEADLINE if k in metrics]
     lines += ["", "Teacher-forced NLL (nats per token; EOS included, PAD and BOS excluded; "
               f"target tokenizer sha256 `{metrics.get('tokenizer_tgt_sha256', '?')}`: "

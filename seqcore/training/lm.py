@@ -12,13 +12,14 @@ train on exactly the single-process batch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from seqcore.contract import SpecialIds
+from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.batching import Segment, StreamBatcher, StreamState
-from seqcore.losses import LossNorm, LossSum, sequence_loss
+from seqcore.losses import LossNorm, LossSum, row_nll, sequence_loss
 from seqcore.models.rnn_lm import RNNLM, LMState, detach_state, reset_state
 from seqcore.training.distributed import World
 
@@ -39,37 +40,78 @@ def segment_loss(
         seg: inputs/labels (B, K), reset (B,).
         state: tensors (L, B, H) carried from the previous segment.
     """
+    logits, new = segment_forward(model, seg, state)  # (B, K, V)
+    return sequence_loss(logits, seg.labels, norm, smoothing, excluded), new
+
+
+def segment_forward(model: RNNLM, seg: Segment, state: LMState
+                    ) -> tuple[torch.Tensor, LMState]:
+    """Logits (B, K, V) of one segment from a carried state (zeroed where ``seg.reset``),
+    and the new state, detached."""
     logits, new = model(seg.inputs, reset_state(state, seg.reset))  # (B, K, V)
-    out = sequence_loss(logits, seg.labels, norm, smoothing, excluded)
-    return out, detach_state(new)
+    return logits, detach_state(new)
+
+
+@dataclass(frozen=True)
+class StreamNLL:
+    """NLL of documents read as parallel streams: the total and each document's share.
+
+    Attributes:
+        total: summed NLL (nats), summed segment by segment as the perplexity always was.
+        tokens: label positions (each document's tokens plus its EOS).
+        documents: (NLL, tokens) of each document, in document order; they add up to
+            ``tokens`` exactly and to ``total`` to float rounding (float64 per document).
+    """
+
+    total: float
+    tokens: int
+    documents: tuple[tuple[float, int], ...]
 
 
 @torch.no_grad()
-def lm_nll(
+def stream_nll(
     model: RNNLM, docs: list[list[int]], ids: SpecialIds, streams: int, bptt: int, carry: bool
-) -> tuple[float, int]:
-    """Summed NLL and token count over documents, read once in order, in eval mode.
+) -> StreamNLL:
+    """Summed NLL and token count over documents, read once in order, in eval mode, in
+    total and per document (each row of a segment belongs to one document: StreamBatcher).
 
     ``carry=False`` resets the state at every segment (the baseline that shows what the
     carried state is worth); ``carry=True`` carries it within each document.
     """
     if not docs:
-        return 0.0, 0
+        return StreamNLL(0.0, 0, ())
     was_training = model.training
     model.eval()
     batcher = StreamBatcher(docs, streams, bptt, 0, False, (ids.pad, ids.bos, ids.eos))
     state = model.initial_state(streams)
     device = next(model.parameters()).device
     total, count = 0.0, 0
+    doc_nll, doc_tokens = [0.0] * len(docs), [0] * len(docs)
     while (seg := batcher.next()) is not None:
         seg = segment_rows(seg, slice(None), device)
         if not carry:
             seg = Segment(seg.inputs, seg.labels, torch.ones_like(seg.reset))
-        out, state = segment_loss(model, seg, state, "sum", 0.0, ())
+        logits, new = segment_forward(model, seg, state)  # (B, K, V)
+        out = sequence_loss(logits, seg.labels, "sum", 0.0, ())
         total += float(out.nll)
         count += out.tokens
+        rows = zip(batcher.owners(), row_nll(logits, seg.labels).tolist(),
+                   (seg.labels != IGNORE_INDEX).sum(1).tolist(), strict=True)
+        for doc, nll, n in rows:
+            if n:  # an empty or finished slot has no labels and no document
+                doc_nll[doc] += nll
+                doc_tokens[doc] += n
+        state = new
     model.train(was_training)
-    return total, count
+    return StreamNLL(total, count, tuple(zip(doc_nll, doc_tokens, strict=True)))
+
+
+def lm_nll(
+    model: RNNLM, docs: list[list[int]], ids: SpecialIds, streams: int, bptt: int, carry: bool
+) -> tuple[float, int]:
+    """Summed NLL and token count of :func:`stream_nll` (the dev NLL of training)."""
+    s = stream_nll(model, docs, ids, streams, bptt, carry)
+    return s.total, s.tokens
 
 
 class LMFeed:

@@ -30,7 +30,7 @@ from seqcore.signature import (
     SIGNATURE_FORMAT, config_contract, format_signature, training_contract)
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Feed, Seq2SeqFeed
-from seqcore.training.lm import LMFeed, lm_nll
+from seqcore.training.lm import LMFeed, StreamNLL, stream_nll
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Setup:
     Attributes:
         save: writes the final model file for the given metadata; returns its sha256.
         report: extra metrics computed on the final model (e.g. lm perplexities).
+        held_out: the NLL behind each of those perplexities, in total and per document, by
+            metrics key (``lm_report`` of it is ``report()``; none for the pair tasks).
     """
 
     model: nn.Module
@@ -49,6 +51,7 @@ class Setup:
     signature: str
     save: Callable[[Path, ModelMeta], str]
     report: Callable[[], dict[str, Any]]
+    held_out: Callable[[], dict[str, StreamNLL]] = dict
 
 
 CPU = torch.device("cpu")
@@ -132,15 +135,22 @@ def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
     def save(path: Path, meta: ModelMeta) -> str:
         return ModelFile(model.state_dict(), meta, lm=LMInfo(shape, vocab.chars)).save(path)
 
-    def report() -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, split in (("dev", dev), ("test", test)):
-            for carry in (True, False):
-                total, count = lm_nll(model, split, ids, min(cfg.train.batch_size, len(split)),
-                                      cfg.train.bptt_len, carry)
-                key = f"{name}_ppl_{'carried' if carry else 'reset_every_segment'}"
-                out[key] = math.exp(total / count) if count else None
-            out[f"{name}_tokens"] = sum(len(d) + 1 for d in split)
-        return {"lm": out}
+    def held_out() -> dict[str, StreamNLL]:
+        return {f"{name}_ppl_{mode}": stream_nll(
+                    model, split, ids, min(cfg.train.batch_size, len(split)),
+                    cfg.train.bptt_len, carry)
+                for name, split in (("dev", dev), ("test", test))
+                for mode, carry in (("carried", True), ("reset_every_segment", False))}
 
-    return Setup(model, feed, contract, r.hidden, format_signature(fields), save, report)
+    return Setup(model, feed, contract, r.hidden, format_signature(fields), save,
+                 lambda: lm_report(held_out()), held_out)
+
+
+def lm_report(held_out: dict[str, StreamNLL]) -> dict[str, Any]:
+    """``{"lm": {"<split>_ppl_<mode>": exp(NLL / tokens) or None, "<split>_tokens": ..}}``
+    from :func:`lm_setup`'s ``held_out()`` (the token count is the same in both modes)."""
+    out: dict[str, Any] = {k: math.exp(s.total / s.tokens) if s.tokens else None
+                           for k, s in held_out.items()}
+    out |= {f"{split}_tokens": held_out[f"{split}_ppl_carried"].tokens
+            for split in ("dev", "test")}
+    return {"lm": out}

@@ -11,9 +11,9 @@ from __future__ import annotations
 from seqcore import audit as A
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.config import Config
-from seqcore.hashing import digest, sha256_file
-from seqcore.signature import result_signature
+from seqcore.hashing import sha256_file
 from seqcore.tasks.lm.corpus import lm_documents
+from seqcore.tasks.lm.evaluate import signed_result
 from seqcore.training.setups import lm_setup
 
 
@@ -26,9 +26,8 @@ def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:
         "params + documents (recomputed)": setup.signature, "model file meta": meta.signature,
         "results.json": files.results.contract_signature})
     diffs += A.same_value_diffs("result signature", {
-        "model file + params (recomputed)": result_signature(
-            meta.signature, digest(meta.training_contract), sha256_file(cfg.paths.model),
-            None, None),
+        "model file + params (recomputed)": signed_result(
+            cfg, meta.signature, meta.training_contract, sha256_file(cfg.paths.model)),
         "results.json": files.results.signature})
     return diffs + A.json_diffs("training contract", ("params + documents", "model file meta"),
                                 setup.contract, meta.training_contract)
