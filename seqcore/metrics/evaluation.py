@@ -84,7 +84,8 @@ def bucket_index(length: int, edges: tuple[int, ...]) -> int:
 
 
 def bucket_name(length: int, edges: tuple[int, ...]) -> str:
-    """Bucket label of a reference length: ``1-e0``, ``e0+1-e1``, ..., ``>eN``.
+    """Bucket label of a reference length: ``1-e0``, ``e0+1-e1``, ..., ``>eN`` (a bucket of
+    one length is named by it: ``6``).
 
     The first bucket also holds length 0; without edges everything is ``all``.
     """
@@ -97,7 +98,8 @@ def bucket_label(index: int, edges: tuple[int, ...]) -> str:
         return "all"
     if index == len(edges):
         return f">{edges[-1]}"
-    return f"{edges[index - 1] + 1 if index else 1}-{edges[index]}"
+    low = edges[index - 1] + 1 if index else 1
+    return str(low) if low == edges[index] else f"{low}-{edges[index]}"
 
 
 def sacrebleu_scores(hyps: list[str], refs: list[str]) -> dict[str, Any]:
