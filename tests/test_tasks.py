@@ -120,8 +120,12 @@ def test_lm_signature_has_the_fields_of_the_parallel_signature_in_order() -> Non
     cfg = config_from_dict(LM)
     docs = [Document(c, f"{c}x{c}y {c}z\n" * 4) for c in "abc"]
     lm = parse_signature(lm_setup(cfg, docs).signature)
-    pairs = contract_fields(config_from_dict({}), CONTRACT)
-    assert list(lm) == list(pairs)
+    # A parallel signature of text read as it is (not the CMUdict source): no stress field.
+    text = config_from_dict({"data": {"source": "tsv", "path": "data/external/t.tsv"},
+                             "paths": {"raw": "data/raw/t.tsv"}})
+    pairs = contract_fields(text, CONTRACT)
+    assert list(lm) == list(pairs) and "stress" not in lm
+    assert "stress" in contract_fields(config_from_dict({}), CONTRACT)
     assert (lm["task"], lm["fmt"], lm["version"]) == ("lm", pairs["fmt"], pairs["version"])
     assert lm["trunc"] == "bptt-5" and lm["src"] == lm["tgt"]
 
