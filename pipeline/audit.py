@@ -17,6 +17,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -180,6 +181,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
         if reason:
             report.not_run("mlflow run", reason)
         else:
+            report.run_id = run.info.run_id
             if "evaluate" not in done:  # the expected record needs the evaluation redone
                 with contextlib.suppress(Exception):
                     R.rederive_diffs(cfg, lock, "evaluate", done)
@@ -217,6 +219,28 @@ def expected_record(cfg: Config, done: dict[str, Any], run: Any) -> RunRecord:
                         out.contract, origin)
 
 
+def stamp_versions(uri: str, report: A.AuditReport) -> str:
+    """The verdict as tags of the registered versions the audited run logged (issue 29):
+    ``audit.status`` (the verdict line) and ``audit.commit`` (the audited checkout), shown on
+    the version's page in the Model Registry. The audit compares only the version tags the
+    pipeline writes, so a stamp never fails a later audit. Returns what was stamped."""
+    import mlflow  # noqa: PLC0415 (slow import)
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    head = git_state_commit()
+    versions = list(client.search_model_versions(f"run_id = '{report.run_id}'"))
+    for v in versions:
+        client.set_model_version_tag(v.name, v.version, "audit.status", report.verdict())
+        client.set_model_version_tag(v.name, v.version, "audit.commit", head)
+    return ", ".join(f"{v.name} version {v.version}" for v in versions)
+
+
+def git_state_commit() -> str:
+    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=False)
+    return res.stdout.strip() or "none"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
@@ -240,7 +264,15 @@ def main() -> None:
     with contextlib.chdir(args.root):
         report = audit(args.params, args.run_id, not args.no_mlflow, args.strict_env,
                        args.rebuild, only)
-    print(report.render())
+        print(report.render())
+        if report.run_id and report.status.get("mlflow run") in (A.OK, A.MISMATCH):
+            try:
+                stamped = stamp_versions(tracking_uri(load_config(args.params).mlflow
+                                                      .tracking_uri), report)
+            except Exception as err:  # noqa: BLE001 (the verdict stands without the stamp)
+                stamped = f"not stamped ({type(err).__name__}: {err})"
+            if stamped:
+                print(f"audit status set on {stamped}")
     print(f"audit took {time.perf_counter() - start:.1f} s")
     sys.exit(0 if report.ok else 1)
 

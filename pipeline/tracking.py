@@ -251,9 +251,25 @@ def run_name(exp: str | None, changed: dict[str, tuple[Any, Any]], sig8: str) ->
     return name if len(name) <= RUN_NAME_CHARS else name[: RUN_NAME_CHARS - 1] + "…"
 
 
-def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, Any]]) -> str:
-    """The run's description (``mlflow.note.content``, Markdown): headline metrics and the
-    params that differ from the baseline."""
+#: How much of report.md the run's description holds (MLflow keeps 8,000 characters of a tag).
+NOTE_REPORT_CHARS = 5000
+
+
+def report_lead(report: str) -> str:
+    """The story part of report.md for the run's description: everything before its full
+    headline table (the error rates with intervals, beside the baseline, the training), at
+    most NOTE_REPORT_CHARS; the whole report is the ``reports/report.md`` artifact."""
+    lead = report.split("\n## Headline", 1)[0].rstrip()
+    if len(lead) > NOTE_REPORT_CHARS:
+        lead = lead[:NOTE_REPORT_CHARS].rsplit("\n", 1)[0] + "\n\n(cut here)"
+    return lead + "\n\nThe whole report: artifact `reports/report.md`." if lead else ""
+
+
+def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, Any]],
+             report: str = "") -> str:
+    """The run's description (``mlflow.note.content``, Markdown): headline metrics, the
+    params that differ from the baseline, then the lead of the report (issue 29: the run
+    page tells the result's story without opening an artifact)."""
     split = metrics.get("split", "test")
     heads = [(label, metrics[k]) for label, k in (
         ("WER", "word_error_rate"), ("PER", "token_error_rate"),
@@ -266,7 +282,8 @@ def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, A
             for k, (a, b) in sorted(changed.items())]
     else:
         lines.append("Baseline params (no change from the commit).")
-    return "\n".join(lines)
+    lead = report_lead(report)
+    return "\n".join(lines + (["", "---", "", lead] if lead else []))
 
 
 #: The run's artifact of counts and denominators (``split_counts``).
@@ -336,7 +353,9 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: Predict
     texts = {f"metrics.{k}": v for k, v in flatten(metrics).items() if isinstance(v, str)}
     tags = texts | run_tags(cfg, sig, tc, header, origin.exp_name)
     tags |= source_tags(tags.get("git.commit", "none"))
-    tags["mlflow.note.content"] = run_note(name, metrics, changed)
+    report = Path(cfg.paths.report)
+    tags["mlflow.note.content"] = run_note(
+        name, metrics, changed, report.read_text(encoding="utf-8") if report.exists() else "")
     artifacts = run_texts(cfg, pred_path) | {
         COUNTS_ARTIFACT: json.dumps(counts, indent=1, sort_keys=True) + "\n"}
     return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags, artifacts,

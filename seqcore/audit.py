@@ -36,6 +36,8 @@ class AuditReport:
     #: the checks asked for (``--only``); empty: every check. The verdict names them, so a
     #: partial audit never reads as a whole one.
     only: tuple[str, ...] = ()
+    #: the MLflow run the audit compared (None when no run was read)
+    run_id: str | None = None
 
     def add(self, name: str, diffs: list[str]) -> None:
         """A check that ran: ok when ``diffs`` is empty, else MISMATCH."""
@@ -71,11 +73,15 @@ class AuditReport:
             took = f" ({self.seconds[name]:.1f} s)" if name in self.seconds else ""
             lines.append(f"{self.status[name]:8s} {name}{took}")
             lines += ["         - " + d.replace("\n", "\n           ") for d in diffs]
-        warned = [n for n, s in self.status.items() if s == WARNING]
-        lines.append("audit: " + ("PASSED" if self.ok else f"FAILED ({', '.join(self.failed())})")
-                     + (f" with warnings ({', '.join(warned)})" if warned else "")
-                     + (f" [only: {', '.join(self.only)}]" if self.only else ""))
+        lines.append("audit: " + self.verdict())
         return "\n".join(lines)
+
+    def verdict(self) -> str:
+        """``PASSED``, or ``FAILED (checks)``, with its warnings and ``--only`` list."""
+        warned = [n for n, s in self.status.items() if s == WARNING]
+        return (("PASSED" if self.ok else f"FAILED ({', '.join(self.failed())})")
+                + (f" with warnings ({', '.join(warned)})" if warned else "")
+                + (f" [only: {', '.join(self.only)}]" if self.only else ""))
 
 
 # --- dvc.lock -------------------------------------------------------------------------------

@@ -215,6 +215,9 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
     assert f"lr-half lr={lr}" in runs
     note = runs[f"lr-half lr={lr}"].data.tags["mlflow.note.content"]
     assert "WER" in note and "PER" in note and f"`train.lr`: 1.0 → {lr}" in note
+    # the report's lead is the description (issue 29): the table with intervals, the baseline
+    assert "| WER (word error rate, 1 - exact_match) |" in note and "## Beside the baseline" in note
+    assert "## Headline" not in note and note.endswith("artifact `reports/report.md`.")
     for run in runs.values():
         tags = run.data.tags
         assert {"mlflow.source.name", "mlflow.source.type", "mlflow.user",

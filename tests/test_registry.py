@@ -176,3 +176,25 @@ def test_the_audit_compares_the_logged_model_with_the_result(
     report = run_audit(repo, monkeypatch, only=("evaluate redone", "mlflow run"))
     assert report.failed() == ["mlflow run"], report.render()
     assert "logged model file model.pt: mlflow run has sha256" in report.render()
+
+
+@pytest.mark.slow
+def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.audit import stamp_versions  # noqa: PLC0415
+
+    repo = copy_result(audit_result[0], tmp_path / "result")
+    only = ("evaluate redone", "mlflow run")
+    report = run_audit(repo, monkeypatch, only=only)
+    uri = f"sqlite:///{repo / 'mlflow.db'}"
+    with monkeypatch.context() as m:
+        m.chdir(repo)
+        stamped = stamp_versions(uri, report)
+    client = mlflow.MlflowClient(uri)
+    (version,) = client.search_model_versions(f"run_id = '{report.run_id}'")
+    assert stamped == f"{NAME} version {version.version}"
+    assert version.tags["audit.status"] == "PASSED [only: evaluate redone, mlflow run]"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert version.tags["audit.commit"] == head
+    assert run_audit(repo, monkeypatch, only=only).ok  # a stamp is no difference

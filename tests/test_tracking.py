@@ -119,3 +119,17 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("exp-test").experiment_id])
     assert_run_matches(client, run.info.run_id, replace(record, uri=store), tmp_path)
+
+
+def test_the_run_description_holds_the_report_lead_and_points_to_the_whole_report() -> None:
+    from pipeline.tracking import NOTE_REPORT_CHARS, report_lead, run_note  # noqa: PLC0415
+
+    report = "# Evaluation report\n\n| WER | 0.27 |\n\n## Beside the baseline\n\nx\n\n## Headline\n\nrest"
+    lead = report_lead(report)
+    assert lead.startswith("# Evaluation report") and "## Beside the baseline" in lead
+    assert "## Headline" not in lead and "rest" not in lead
+    assert lead.endswith("The whole report: artifact `reports/report.md`.")
+    long = report_lead("# R\n" + "| row |\n" * 2000)
+    assert len(long) < NOTE_REPORT_CHARS + 100 and "(cut here)" in long
+    assert report_lead("") == "" and run_note("n", {}, {}).endswith("from the commit).")
+    assert run_note("n", {}, {}, report).endswith(lead)
