@@ -60,6 +60,10 @@ def main() -> None:
     parser.add_argument("--signal", default="KILL", choices=("KILL", "INT"))
     args = parser.parse_args()
     SIGNAL[0] = getattr(signal, f"SIG{args.signal}")
+    # Ctrl-C at a terminal raises KeyboardInterrupt; a job started in the background of a
+    # non-interactive shell (a CI runner's `cmd &`) inherits SIGINT ignored, and Python then
+    # installs no handler: restore the terminal's behaviour being simulated.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     kill_after(args.after) if args.after else kill_during(args.during)
     sys.argv = [f"pipeline/{args.stage}.py"]
     runpy.run_module(f"pipeline.{args.stage}", run_name="__main__", alter_sys=True)
