@@ -17,7 +17,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from pipeline import audit_rederive as R
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
-from pipeline.tracking import RunOrigin, build_record, read_yaml12, tracking_uri
+from pipeline.tracking import RunOrigin, build_record, head_commit, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
@@ -227,18 +226,12 @@ def stamp_versions(uri: str, report: A.AuditReport) -> str:
     import mlflow  # noqa: PLC0415 (slow import)
 
     client = mlflow.MlflowClient(tracking_uri=uri)
-    head = git_state_commit()
+    head = head_commit()
     versions = list(client.search_model_versions(f"run_id = '{report.run_id}'"))
     for v in versions:
         client.set_model_version_tag(v.name, v.version, "audit.status", report.verdict())
         client.set_model_version_tag(v.name, v.version, "audit.commit", head)
     return ", ".join(f"{v.name} version {v.version}" for v in versions)
-
-
-def git_state_commit() -> str:
-    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=False)
-    return res.stdout.strip() or "none"
 
 
 def main() -> None:

@@ -149,12 +149,17 @@ def git_state(cfg: Config) -> dict[str, str]:
     Files the pipeline writes itself (dvc.lock, reports/, every output in dvc.yaml) do not
     count: `dvc repro` rewrites them before this runs, which marked every run dirty (issue 12).
     """
-    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=False)
     written = {"dvc.lock", "reports"} | pipeline_outputs(cfg)
     dirty = [p for p in git_changes()
              if not any(p == w or p.startswith(w + "/") for w in written)]
-    return {"git.commit": res.stdout.strip() or "none", "git.dirty": str(bool(dirty))}
+    return {"git.commit": head_commit(), "git.dirty": str(bool(dirty))}
+
+
+def head_commit() -> str:
+    """The checked-out commit ("none" outside a repository or before the first commit)."""
+    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=False)
+    return res.stdout.strip() or "none"
 
 
 def _sha256_or_none(path: Path) -> str:

@@ -68,7 +68,7 @@ def sequence_loss(
                          f"{labels.shape}")
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
-    valid, seq_index, logp, nll = _labelled(logits, labels)
+    valid, seq_index, logp, nll = labelled_nll(logits, labels)
     if smoothing > 0:
         allowed = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
         allowed[list(excluded)] = False
@@ -87,10 +87,11 @@ def sequence_loss(
                    sequences=int(has_tokens.sum()))
 
 
-def _labelled(logits: torch.Tensor, labels: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def labelled_nll(logits: torch.Tensor, labels: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The labelled positions: mask (B, T), batch row (N,), log-probabilities (N, V) in
-    float32 and the label's NLL (N,)."""
+    float32 and the label's NLL (N,), whose sum is ``sequence_loss(...).nll`` (the lm
+    task's evaluation splits it by row: seqcore.training.lm.stream_nll)."""
     valid = labels != IGNORE_INDEX  # (B, T)
     # Select the labelled positions first: whatever a PAD query position holds (even inf or
     # NaN) reaches neither the sums nor the gradient; multiplying by a 0/1 mask would not
@@ -98,24 +99,3 @@ def _labelled(logits: torch.Tensor, labels: torch.Tensor
     seq_index = valid.nonzero()[:, 0]  # (N,) batch row of each valid token
     logp = F.log_softmax(logits[valid].float(), dim=-1)  # (N, V)
     return valid, seq_index, logp, -logp.gather(-1, labels[valid][:, None])[:, 0]
-
-
-def row_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Summed NLL (no smoothing) of each row's labelled positions, accumulated in float64.
-
-    The per-row split of ``sequence_loss(...).nll``: the rows add up to it to float rounding
-    (the lm task's document bootstrap needs the NLL of each document, issue 27).
-
-    Args:
-        logits: (B, T, V) float.
-        labels: (B, T) long, IGNORE_INDEX where there is no target.
-
-    Returns:
-        (B,) float64; 0 for a row without labels.
-    """
-    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
-        raise ValueError(f"logits (B,T,V) and labels (B,T) expected, got {logits.shape}, "
-                         f"{labels.shape}")
-    _, seq_index, _, nll = _labelled(logits, labels)
-    out = torch.zeros(labels.shape[0], dtype=torch.float64, device=logits.device)
-    return out.index_add(0, seq_index, nll.double())  # (B,)

@@ -69,15 +69,20 @@ def interval_cell(metrics: dict[str, Any], key: str) -> str:
     return f"[{fmt(bounds['low'])}, {fmt(bounds['high'])}]"
 
 
-def _interval_note(metrics: dict[str, Any]) -> list[str]:
-    sig = metrics.get("interval_signature")
+#: What a resample draws, by the ``by`` field of an interval signature.
+RESAMPLED = {"group": "row groups (all references of a word move together)",
+             "document": "documents (all tokens of a document move together: one text read "
+                         "with one carried state is not a run of independent tokens)"}
+
+
+def interval_note(sig: str | None) -> list[str]:
+    """How the intervals were drawn, from their signature (none without one)."""
     if not sig:
         return []
     fields = parse_signature(sig)
-    return ["", f"Intervals: {fields['ci']} % percentile bootstrap, {fields['bs']} resamples "
-            f"of the split's row groups (all references of a word move together), seed "
-            f"{fields['rs']} (`{sig}`). `python -m pipeline.compare A B` tests a difference "
-            "between two results."]
+    return [f"Intervals: {fields['ci']} % percentile bootstrap, {fields['bs']} resamples "
+            f"of the split's {RESAMPLED.get(fields.get('by', ''), fields.get('by', ''))}, "
+            f"seed {fields['rs']} (`{sig}`)."]
 
 
 def error_names(metrics: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -108,7 +113,13 @@ def _lead(metrics: dict[str, Any]) -> list[str]:
     ci = parse_signature(metrics.get("interval_signature", "ci:95"))
     return ([f"| headline | value | {ci['ci']} % interval |", "|---|---|---|"]
             + [f"| {name} | {fmt(values[k])} | {interval_cell(metrics, k)} |"
-               for name, k in lead if k in values] + _interval_note(metrics))
+               for name, k in lead if k in values] + _compare_note(metrics))
+
+
+def _compare_note(metrics: dict[str, Any]) -> list[str]:
+    note = interval_note(metrics.get("interval_signature"))
+    return ["", note[0] + " `python -m pipeline.compare A B` tests a difference between two "
+            "results."] if note else []
 
 
 #: The baseline table's rows: (name, metrics.json key).

@@ -19,7 +19,7 @@ import torch
 
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.batching import Segment, StreamBatcher, StreamState
-from seqcore.losses import LossNorm, LossSum, row_nll, sequence_loss
+from seqcore.losses import LossNorm, LossSum, labelled_nll, sequence_loss
 from seqcore.models.rnn_lm import RNNLM, LMState, detach_state, reset_state
 from seqcore.training.distributed import World
 
@@ -92,10 +92,13 @@ def stream_nll(
         if not carry:
             seg = Segment(seg.inputs, seg.labels, torch.ones_like(seg.reset))
         logits, new = segment_forward(model, seg, state)  # (B, K, V)
-        out = sequence_loss(logits, seg.labels, "sum", 0.0, ())
-        total += float(out.nll)
-        count += out.tokens
-        rows = zip(batcher.owners(), row_nll(logits, seg.labels).tolist(),
+        # one log-softmax: its sum is sequence_loss's NLL (the total as it always was), its
+        # rows each document's share (accumulated in float64)
+        _, row, _, nll = labelled_nll(logits, seg.labels)
+        total += float(nll.sum())
+        count += nll.numel()
+        per_row = torch.zeros(len(seg.labels), dtype=torch.float64, device=nll.device)
+        rows = zip(batcher.owners(), per_row.index_add(0, row, nll.double()).tolist(),
                    (seg.labels != IGNORE_INDEX).sum(1).tolist(), strict=True)
         for doc, nll, n in rows:
             if n:  # an empty or finished slot has no labels and no document

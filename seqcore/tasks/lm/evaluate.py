@@ -16,7 +16,7 @@ from seqcore.data.documents import Document
 from seqcore.hashing import digest, sha256_file
 from seqcore.metrics.bootstrap import Resampling, document_interval
 from seqcore.metrics.recompute import resampling
-from seqcore.metrics.report import interval_cell
+from seqcore.metrics.report import interval_cell, interval_note
 from seqcore.nulls import null_undefined
 from seqcore.signature import parse_signature, result_signature
 from seqcore.tasks.base import Evaluated, StageIO
@@ -105,17 +105,8 @@ def report_markdown(signature: str, lm: dict[str, Any], intervals: dict[str, Any
     lines += ["", "Perplexity per character (plus one end-of-document token per document, "
               "the `_tokens` denominators), with the RNN state carried across segments and "
               "with the state reset at every segment of `train.bptt_len` characters.", ""]
-    return "\n".join(lines + _interval_note(intervals.get("interval_signature")))
-
-
-def _interval_note(sig: str | None) -> list[str]:
-    if not sig:
-        return []
-    f = parse_signature(sig)
-    return [f"Intervals: {f['ci']} % percentile bootstrap, {f['bs']} resamples of the "
-            "split's documents (all tokens of a document move together: one text read with "
-            f"one carried state is not a run of independent tokens), seed {f['rs']} "
-            f"(`{sig}`).", ""]
+    note = interval_note(intervals.get("interval_signature"))
+    return "\n".join(lines + (note + [""] if note else []))
 
 
 def evaluate(cfg: Config, io: StageIO) -> Evaluated:
