@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.dvc_lock import upstream_lock_digest
 from pipeline.registry import ARTIFACT, MODEL_NAME, decode_json
+from pipeline.timing import TIME_PREFIX
 from pipeline.tracking import param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.run_record import RunRecord
@@ -182,8 +183,10 @@ def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
     finals = {k: float(v) for k, v in record.metrics.items()}
     diffs += A.number_diffs(f"run {rid} metric", (PIPELINE, RUN), finals, run.data.metrics)
     steps = {name for name, _, _ in record.steps}
+    # time/* (pipeline/timing.py) is clock time: when and where the stages ran, never compared
     diffs += [f"run {rid} metric {k}: {RUN} has {v!r}, the pipeline logs no such metric"
-              for k, v in sorted(run.data.metrics.items()) if k not in finals | dict.fromkeys(steps)]
+              for k, v in sorted(run.data.metrics.items())
+              if k not in finals | dict.fromkeys(steps) and not k.startswith(TIME_PREFIX)]
     diffs += [f"run {rid} {d}" for d in step_diffs(client, rid, record)]
     art, lock_sha = artifact_diffs(run, uri, record, lock)
     diffs += [f"run {rid} {d}" for d in art]

@@ -13,6 +13,7 @@ import sys
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
+from pipeline.timing import record_stage
 from seqcore.baselines.phonetisaurus import BaselineError
 from seqcore.config import Config
 from seqcore.tasks import TaskError, get_task
@@ -32,3 +33,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    record_stage("baseline")

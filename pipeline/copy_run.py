@@ -30,6 +30,7 @@ from typing import Any
 from pipeline import audit_rederive as R
 from pipeline.audit import expected_record
 from pipeline.audit_mlflow import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
+from pipeline.timing import TIME_PREFIX
 from pipeline.tracking import STORE_HTTP_ENV, log_run, read_yaml12, tracking_uri
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, ConfigError, load_config
@@ -81,11 +82,12 @@ def source_artifacts(run_id: str, uri: str) -> dict[str, str]:
 
 
 def copied_record(record: RunRecord, run: Any, artifacts: dict[str, str]) -> RunRecord:
-    """``record`` (rebuilt and checked equal to ``run``) with the run's origin tags and its
-    own dvc.lock and comparison artifacts."""
+    """``record`` (rebuilt and checked equal to ``run``) with the run's origin tags, its
+    own dvc.lock and comparison artifacts, and its timing (the copy keeps its Duration)."""
     tags = {k: v for k, v in record.tags.items() if not k.startswith(ORIGIN_TAGS)}
     tags |= {k: v for k, v in run.data.tags.items() if k.startswith(ORIGIN_TAGS)}
-    return replace(record, tags=tags, texts=record.texts | artifacts)
+    timing = {k: v for k, v in run.data.metrics.items() if k.startswith(TIME_PREFIX)}
+    return replace(record, tags=tags, texts=record.texts | artifacts, timing=timing or None)
 
 
 def rebuild(cfg: Config, run_id: str | None, source: str) -> tuple[Any, RunRecord]:

@@ -10,6 +10,7 @@ import sys
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
+from pipeline.timing import record_stage
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable
 from seqcore.tasks import TaskError, get_task
@@ -29,3 +30,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    record_stage("decode")

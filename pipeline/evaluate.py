@@ -7,11 +7,13 @@ dev and test perplexity with carried and reset state. Either way one MLflow run 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
-from pipeline.tracking import RunOrigin, build_record, log_or_keep
+from pipeline.timing import pipeline_metrics, record_stage
+from pipeline.tracking import RunOrigin, build_record, log_or_keep, pipeline_stages
 from seqcore.config import Config
 from seqcore.tasks import get_task
 from seqcore.tasks.base import Evaluated
@@ -27,8 +29,10 @@ def main() -> None:
     out = run(cfg)
     record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
                           out.contract, RunOrigin.from_environment())
-    log_or_keep(record, Path(cfg.paths.mlflow_pending))
+    timing = pipeline_metrics(pipeline_stages(), "evaluate")
+    log_or_keep(replace(record, timing=timing), Path(cfg.paths.mlflow_pending))
 
 
 if __name__ == "__main__":
     main()
+    record_stage("evaluate")

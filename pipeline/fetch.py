@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.stage import check_workspace, load
+from pipeline.timing import record_stage
 from seqcore.config import Config
 from seqcore.hashing import sha256_file
 
@@ -47,3 +48,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    record_stage("fetch")

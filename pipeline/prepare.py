@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from pipeline.stage import load
+from pipeline.timing import record_stage
 from seqcore.artifacts.manifests import PreparedManifest, RawSource, manifest_path
 from seqcore.config import Config, as_dict
 from seqcore.data.prepare import copy_share, dominant_target, prepare_pairs
@@ -93,3 +94,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    record_stage("prepare")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pipeline.stage import load, signature
+from pipeline.timing import record_stage
 from seqcore.artifacts.coverage import Coverage, SideVocab
 from seqcore.artifacts.manifests import (
     EncodedManifest, PreparedManifest, RawSource, SplitCounts, manifest_path)
@@ -97,3 +98,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    record_stage("tokenizer")

@@ -20,6 +20,7 @@ import torch
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
+from pipeline.timing import StageTime, elapsed, record_stage
 from seqcore.artifacts.model_file import ModelMeta
 from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
@@ -30,6 +31,10 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import TrainLoop, adopt_migrated_folder
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
+
+
+#: The training's running wall and CPU seconds, beside its checkpoints (no DVC out).
+TIMING_FILE = "timing.json"
 
 
 def finite(x: float) -> float | None:
@@ -88,6 +93,16 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def spent(world: D.World, device: torch.device) -> StageTime:
+    """This run's wall time and the CPU time of all its ranks (a collective under torchrun:
+    every rank calls it)."""
+    own = elapsed()
+    if world.size == 1:
+        return own
+    (cpu,) = D.all_reduce_sum(world, [own.cpu_s], device)
+    return StageTime(own.wall_s, cpu)
+
+
 def resume_hint(ckpt: CheckpointDir) -> str:
     """Where a stopped run resumes from."""
     saved = sorted(ckpt.root.glob("ckpt-*.pt"))
@@ -117,17 +132,23 @@ def main() -> None:
         sys.exit(f"[train] {err}")
     if not world.main:
         trainer.run(lambda entry, tokens_per_s: None)
+        spent(world, device)
         return D.close_world(world)
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
     progress = Progress(trainer.state.step, cfg.train.max_steps)
+    # The training's time adds up over resumes in its checkpoint folder (pipeline/timing.py).
+    clock = ckpt.root / TIMING_FILE
+    earlier = (StageTime.read(clock) if resumed else None) or StageTime(0.0, 0.0)
     with TrainLog.writer(cfg.paths.train_log, trainer.state.history) as out:
 
         def log(e: StepLog, tokens_per_s: float) -> None:  # tokens/s: console only
             out.append(e)
             progress.update(e)
-            if not sys.stderr.isatty() and e.step % cfg.train.log_every == 0:
-                print(f"[train] {progress.line(e, tokens_per_s)}", file=sys.stderr)
+            if e.step % cfg.train.log_every == 0:
+                (earlier + elapsed()).write(clock)
+                if not sys.stderr.isatty():
+                    print(f"[train] {progress.line(e, tokens_per_s)}", file=sys.stderr)
 
         try:
             state = trainer.run(log)
@@ -151,6 +172,9 @@ def main() -> None:
     # Numbers only in the metrics file (`dvc exp show` columns); the model hash is in its
     # sidecar, and evaluate's results.json names the checkpoint folder.
     print(f"[train] model sha256 {sha}; checkpoints in {ckpt.root}", file=sys.stderr)
+    total = earlier + spent(world, device)
+    total.write(clock)
+    record_stage("train", total)
     D.close_world(world)
 
 

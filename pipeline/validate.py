@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from pipeline.stage import check_workspace, load
+from pipeline.timing import record_stage
 from seqcore.config import ignored_settings
 
 
@@ -25,3 +26,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    record_stage("validate")

@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit import main as audit_main
 from pipeline.dvc_lock import dvc_md5
+from pipeline.tracking import pipeline_stages
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.signature import NO_RESULT_KEYS, inherited_diff
 from seqcore.blobs import load_blob, save_blob
@@ -234,7 +235,15 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
     assert tags["metrics.signature"] == results["signature"]  # the result signature
     assert run.data.metrics["exact_match"] == metrics["exact_match"]
     log_rows = (repo / "reports/train_log.csv").read_text().splitlines()[1:]
-    assert len(client.get_metric_history(run.info.run_id, "train.loss")) == len(log_rows)
+    assert len(client.get_metric_history(run.info.run_id, "loss/train")) == len(log_rows)
+    # Issue 29: every stage of dvc.yaml is timed; the run's Duration is their summed wall time
+    stages = pipeline_stages(repo / "dvc.yaml")
+    timed = {k: v for k, v in run.data.metrics.items() if k.startswith("time/")}
+    assert set(timed) == {f"time/{s}_s" for s in stages} | {"time/pipeline_s",
+                                                           "time/pipeline_cpu_s"}
+    wall = timed["time/pipeline_s"]
+    assert wall == pytest.approx(sum(timed[f"time/{s}_s"] for s in stages), abs=0.01)
+    assert (run.info.end_time - run.info.start_time) / 1000 == pytest.approx(wall, abs=0.001)
     names = {a.path for a in client.list_artifacts(run.info.run_id, "predictions")}
     assert names == {"predictions/test.header.json", "predictions/test.sample.jsonl"}
     sample = mlflow.artifacts.download_artifacts(
@@ -327,6 +336,9 @@ def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
     assert f"as run {dst.info.run_id}" in res.stdout
     assert (dst.info.run_name, dst.data.params, dst.data.metrics) == (
         src.info.run_name, src.data.params, src.data.metrics)
+    # the copy keeps the run's Duration (the pipeline's wall time, not the copy's)
+    duration = dst.info.end_time - dst.info.start_time
+    assert duration == round(1000 * src.data.metrics["time/pipeline_s"])
     assert {k: v for k, v in dst.data.tags.items() if not k.startswith("mlflow.log")} == {
         k: v for k, v in src.data.tags.items() if not k.startswith("mlflow.log")}
     assert team.search_model_versions("name='seqcore-g2p'")  # the model registered there too

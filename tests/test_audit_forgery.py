@@ -164,7 +164,7 @@ def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
     rerun_evaluate(repo, mp)
     client, rid = latest_run(repo)
     client.set_tag(rid, "seqcore.version", "9.9.9")
-    client.log_metric(rid, "train.loss", 0.01, step=3)
+    client.log_metric(rid, "loss/train", 0.01, step=3)
     client.log_text(rid, "forged\n", "reports/report.md")
 
 
@@ -205,7 +205,7 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
     assert set(report.failed()) == expected, report.render()
     assert message in report.render()
     if forge is edited_mlflow_run:
-        assert "step metric train.loss: entry 4 (step, value): mlflow run has (3," \
+        assert "step metric loss/train: entry 4 (step, value): mlflow run has (3," \
             in report.render()
         assert "artifact reports/report.md: line 1: mlflow run has \"forged\"" \
             in report.render()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.timing import StageTime, stage_file
 from tests.factories import REPO
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
@@ -26,11 +27,13 @@ def losses(repo: Path) -> list[str]:
         return [row["loss"] for row in csv.DictReader(f)]
 
 
-def retrained(result: Path, dest: Path) -> Path:
+def retrained(result: Path, dest: Path, log_every: int | None = None) -> Path:
     """A copy of the tiny result with TRAIN's settings (train and what follows it stale)."""
     repo = copy_result(result, dest)
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    (repo / "params.yaml").write_text(yaml.safe_dump(merge(params, TRAIN), sort_keys=False))
+    params = merge(yaml.safe_load((repo / "params.yaml").read_text()), TRAIN)
+    if log_every is not None:
+        params = merge(params, {"train": {"log_every": log_every}})
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return repo
 
 
@@ -38,7 +41,7 @@ def test_killed_train_stage_resumes_on_repro_and_matches_an_uninterrupted_run(
         audit_result: tuple[Path, str], tmp_path: Path) -> None:
     straight = retrained(audit_result[0], tmp_path / "straight")
     dvc(straight, "repro", "train")
-    crashed = retrained(audit_result[0], tmp_path / "crashed")
+    crashed = retrained(audit_result[0], tmp_path / "crashed", log_every=2)
     # killed once checkpoint 4 and its sidecar are written: a named point, not a timed one
     killed = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
                              "--after", "ckpt-00000004.pt"], cwd=crashed, capture_output=True,
@@ -47,19 +50,24 @@ def test_killed_train_stage_resumes_on_repro_and_matches_an_uninterrupted_run(
     # the killed run wrote no model: the file is still the 6-step one of the copied result
     assert (crashed / "models/model.pt").read_bytes() == \
         (audit_result[0] / "models/model.pt").read_bytes()
+    (ckpt,) = crashed.glob("checkpoints/*/ckpt-00000004.pt")
+    running = ckpt.parent / "timing.json"  # the training's time so far, at each log line
+    before = StageTime.read(running)
     out = dvc(crashed, "repro", "train")
     assert "resumed from ckpt-00000004.pt" in out, f"train did not resume:\n{out}"
     assert (crashed / "models/model.pt").read_bytes() == (straight / "models/model.pt").read_bytes()
     assert losses(crashed) == losses(straight)
     assert len(losses(straight)) == 12
+    # the train stage's time counts the killed part and the resumed part (issue 29)
+    total = StageTime.read(stage_file("train", crashed))
+    assert before is not None and total is not None
+    assert total.wall_s > before.wall_s > 0 and total.cpu_s > before.cpu_s > 0
+    assert StageTime.read(running) == total
 
 
 def test_ctrl_c_stops_training_in_one_line_naming_the_step_and_the_checkpoint_to_resume(
         audit_result: tuple[Path, str], tmp_path: Path) -> None:
-    repo = retrained(audit_result[0], tmp_path / "interrupted")
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    (repo / "params.yaml").write_text(yaml.safe_dump(merge(params, {"train": {"log_every": 2}}),
-                                                     sort_keys=False))
+    repo = retrained(audit_result[0], tmp_path / "interrupted", log_every=2)
     # SIGINT (what Ctrl-C sends) once checkpoint 4 is written
     stopped = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
                               "--after", "ckpt-00000004.pt", "--signal", "INT"], cwd=repo,

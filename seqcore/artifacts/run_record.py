@@ -31,6 +31,9 @@ class RunRecord:
         model: the MLflow model of the result (pipeline/tracking.py model_entry: the files
             it packs with their sha256, the decode settings, the registered name and version
             tags); None for a result with no decoder (task lm) and records before issue 29.
+        timing: ``time/*`` metric -> seconds (pipeline/timing.py: each stage's wall time and
+            the pipeline's wall and CPU totals); clock time, so never compared by the audit.
+            None when untimed (a rebuilt record, records before issue 29).
     """
 
     #: Records carry no version field (bytes kept); a missing one reads as version 1.
@@ -47,10 +50,11 @@ class RunRecord:
     images: dict[str, str] | None = None
     datasets: list[dict[str, str]] | None = None
     model: dict[str, Any] | None = None
+    timing: dict[str, float] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()
-                if v is not None or k not in ("images", "datasets", "model")}
+                if v is not None or k not in ("images", "datasets", "model", "timing")}
 
     @classmethod
     def save_all(cls, path: str | Path, records: list[RunRecord]) -> None:
