@@ -28,7 +28,7 @@ from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.training import distributed as D
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import TrainLoop, adopt_migrated_folder
+from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world, stored_world
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
 
@@ -49,8 +49,26 @@ def build(cfg: Config, device: torch.device, world: D.World) -> Setup:
         sys.exit(f"[train] {err}")
 
 
+def refuse_other_world(cfg: Config) -> None:
+    """Before torchrun starts the ranks: stop in one line when the checkpoint this run would
+    resume was written by another number of processes or on another device kind (inside
+    torchrun each rank would print it, under torchrun's failure report)."""
+    if cfg.train.nproc == 1 or D.under_torchrun() or cfg.train.resume != "auto":
+        return
+    setup = build(cfg, torch.device("cpu"), D.World())
+    folder = Path(cfg.paths.checkpoints) / D.checkpoint_folder_name(setup.contract)
+    found = CheckpointDir(folder, cfg.train.keep_last).latest_good() if folder.is_dir() else None
+    if found is not None:
+        try:
+            check_world(stored_world(found.payload), cfg.train.nproc,
+                        device_kind(cfg.train.device), found.path)
+        except D.WorldMismatch as err:
+            sys.exit(f"[train] {err}")
+
+
 def start(cfg: Config) -> tuple[D.World, torch.device]:
     """Relaunch under torchrun when train.nproc > 1; join the ranks; pick and seed the device."""
+    refuse_other_world(cfg)
     D.relaunch_under_torchrun(cfg.train.nproc, "pipeline.train", sys.argv[1:])
     try:
         world = D.init_world(cfg.train.nproc, device_kind(cfg.train.device))

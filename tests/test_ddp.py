@@ -256,3 +256,13 @@ def test_resume_with_another_world_size_is_refused_in_one_line(two_rank_repo: Pa
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert "written by 2 process(es) and this run has 1" in last and "train.nproc: 2" in last
+    # More ranks than the checkpoint's: refused before torchrun starts any (issue 31), so the
+    # line comes once, not once per rank inside torchrun's failure report.
+    params["train"]["nproc"] = 3
+    (two_rank_repo / "params-3proc.yaml").write_text(yaml.safe_dump(params))
+    res = subprocess.run([sys.executable, "-m", "pipeline.train", "--params", "params-3proc.yaml"],
+                         cwd=two_rank_repo, capture_output=True, text=True)
+    (two_rank_repo / "params-3proc.yaml").unlink()
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.count("written by 2 process(es) and this run has 3") == 1, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("[train] ")

@@ -141,7 +141,7 @@ class TrainLoop:
             D.broadcast_module(self.world, self.model)
             return None
         p = found.payload
-        self._check_world(p.get("world", {"size": 1, "device_kind": "cpu"}), found.path)
+        check_world(stored_world(p), self.world.size, self.device.type, found.path)
         check_contract(*({k: v for k, v in c.items() if k not in D.RUNTIME_KEYS}
                          for c in (migrated_contract(p["contract"]), self.contract)),
                        str(found.path))
@@ -157,20 +157,6 @@ class TrainLoop:
                                 st["best_dev"], st["best_step"], [StepLog(*r) for r in p["history"]])
         D.barrier(self.world)
         return found.path.name
-
-    def _check_world(self, stored: dict[str, Any], path: Any) -> None:
-        """One-line refusals of a checkpoint from another world size or device kind
-        (checkpoints written before issue 16 come from one CPU process)."""
-        if stored["size"] != self.world.size:
-            raise D.WorldMismatch(
-                f"{path} was written by {stored['size']} process(es) and this run has "
-                f"{self.world.size}; set train.nproc: {stored['size']} to resume it, or "
-                "train.resume: fresh to start over")
-        if stored["device_kind"] != self.device.type:
-            raise D.WorldMismatch(
-                f"{path} was trained on {stored['device_kind']} and this run is on "
-                f"{self.device.type} (their float results differ); set train.device to "
-                f"{stored['device_kind']} to resume it, or train.resume: fresh to start over")
 
     # -- one step ------------------------------------------------------------------------
     def train_step(self) -> StepLog:
@@ -274,6 +260,26 @@ class TrainLoop:
                 if self.world.main:
                     self.ckpt.save_best(payload)
         return replace(entry, dev_nll=dev_nll)
+
+
+def stored_world(payload: dict[str, Any]) -> dict[str, Any]:
+    """The world a checkpoint was written by (before issue 16: one CPU process)."""
+    return payload.get("world", {"size": 1, "device_kind": "cpu"})
+
+
+def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) -> None:
+    """One-line refusals (WorldMismatch) of a checkpoint written by ``stored``'s world for a
+    run of ``size`` processes on ``device_type``."""
+    if stored["size"] != size:
+        raise D.WorldMismatch(
+            f"{path} was written by {stored['size']} process(es) and this run has {size}; "
+            f"set train.nproc: {stored['size']} to resume it, or train.resume: fresh to "
+            "start over")
+    if stored["device_kind"] != device_type:
+        raise D.WorldMismatch(
+            f"{path} was trained on {stored['device_kind']} and this run is on {device_type} "
+            f"(their float results differ); set train.device to {stored['device_kind']} to "
+            "resume it, or train.resume: fresh to start over")
 
 
 def adopt_migrated_folder(root: Path, name: str, contract: dict[str, Any]) -> str | None:
