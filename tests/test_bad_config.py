@@ -8,6 +8,7 @@ every stage loads its config through the same ``pipeline.stage.load``.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -150,3 +151,67 @@ def test_a_special_id_beyond_an_auto_vocabulary_stops_the_tokenizer_in_one_line(
                        rf"{settings.vocab_size} chosen for this side"):
         train_sentencepiece(texts, settings, SpecialIds(100, 1, 2, 3), tmp_path / "m.model")
 
+
+# -- issue 31: `validate` refuses every configuration a later stage would refuse ---------------
+# Derived from the stages themselves, so the two cannot drift: the configuration checks each
+# stage module calls (every function of seqcore/config.py and pipeline/stage.py that can end in
+# a ConfigError or the configuration exit status, found in their source) must all be called by
+# validate too, and each case above that runs through a later stage gives validate its line.
+
+CHECK_MODULES = (REPO / "seqcore/config.py", REPO / "pipeline/stage.py")
+STAGES = list(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"])
+
+
+def _functions(path: Path) -> dict[str, ast.FunctionDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def _called(node: ast.AST) -> set[str]:
+    """The plain names called in ``node`` (the stages import the checks by name)."""
+    return {c.func.id for c in ast.walk(node)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+
+
+def config_checks() -> set[str]:
+    """The functions of CHECK_MODULES that can refuse a configuration, directly (raise
+    ConfigError, _fail, exit with CONFIG_ERROR_STATUS) or through another of them."""
+    funcs = {k: v for p in CHECK_MODULES for k, v in _functions(p).items()}
+    direct = {name for name, f in funcs.items()
+              if any(isinstance(n, ast.Name) and n.id in ("ConfigError", "CONFIG_ERROR_STATUS")
+                     for n in ast.walk(f)) or "_fail" in _called(f)}
+    checks, grown = set(direct), True
+    while grown:
+        more = {name for name, f in funcs.items() if _called(f) & checks} - checks
+        checks |= more
+        grown = bool(more)
+    return checks
+
+
+def checks_called_by(stage: str) -> set[str]:
+    return _called(ast.parse((REPO / f"pipeline/{stage}.py").read_text(encoding="utf-8"))) \
+        & config_checks()
+
+
+def test_the_derivation_finds_the_shared_loader_and_the_workspace_check() -> None:
+    # guards the derivation itself: were it to find nothing, the next test could not fail
+    assert {"load", "load_config", "check_workspace"} <= config_checks()
+    assert {"load", "check_workspace"} <= checks_called_by("validate")
+
+
+@pytest.mark.parametrize("stage", [s for s in STAGES if s != "validate"])
+def test_every_check_a_stage_makes_on_its_params_validate_makes_too(stage: str) -> None:
+    assert checks_called_by(stage) - checks_called_by("validate") == set()
+    assert "load" in checks_called_by(stage)  # each stage loads its params through stage.load
+
+
+LATER = [(stage, text, line) for stage, text, line in CASES
+         if stage in STAGES and stage != "validate"]
+
+
+@pytest.mark.parametrize("stage, text, line", LATER,
+                         ids=[f"{c[0]}-{c[2].split(': ')[1].split(' =')[0]}" for c in LATER])
+def test_validate_stops_on_what_a_later_stage_stops_on(tmp_path: Path, stage: str, text: str,
+                                                      line: str) -> None:
+    res = run_stage("validate", tmp_path, text)
+    assert (res.returncode, res.stderr) == (2, line + "\n")
