@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 from pipeline.audit_rebuild import copy_sources
-from pipeline.tracking import read_yaml12
+from pipeline.dvc_files import read_yaml12
 from seqcore.config import load_config
 
 #: Times evaluate's file work, the MLflow record and the logging, in the scratch copy.
@@ -55,7 +55,8 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 from pipeline import evaluate as E
-from pipeline.tracking import RunOrigin, build_record, log_or_keep
+from pipeline.record import RunOrigin, build_record
+from pipeline.tracking import log_or_keep
 from seqcore.config import load_config
 t1 = time.perf_counter()
 cfg = load_config("params.yaml")

@@ -26,8 +26,10 @@ from typing import Any
 from pipeline import audit_rederive as R
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
+from pipeline.dvc_files import read_yaml12
 from pipeline.dvc_lock import lock_hash_diffs
-from pipeline.tracking import RunOrigin, build_record, head_commit, read_yaml12, tracking_uri
+from pipeline.git_state import head_commit
+from pipeline.record import RunOrigin, build_record, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord

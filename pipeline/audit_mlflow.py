@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.dvc_files import read_yaml12
 from pipeline.dvc_lock import upstream_lock_digest
+from pipeline.record import param_items, tracking_uri
 from pipeline.registry import ARTIFACT, MODEL_NAME, decode_json
 from pipeline.timing import TIME_PREFIX
-from pipeline.tracking import param_items, read_yaml12, tracking_uri
 from seqcore import audit as A
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.compare import first_difference
@@ -167,7 +168,7 @@ def params_artifact_diffs(logged: bytes, current: bytes) -> list[str]:
 
 def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
                  lock: dict[str, Any]) -> list[str]:
-    """The run compared whole with ``record`` (pipeline.tracking.build_record, made now)."""
+    """The run compared whole with ``record`` (pipeline.record.build_record, made now)."""
     import mlflow  # noqa: PLC0415
 
     pending = Path(cfg.paths.mlflow_pending)

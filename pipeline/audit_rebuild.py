@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.dvc_lock import md5_file
-from pipeline.tracking import read_yaml12
+from pipeline.dvc_files import read_yaml12
 from seqcore import audit as A
 from seqcore.config import Config
 

@@ -85,7 +85,7 @@ def _from_revision(name: str, rev: str, relative: str, origin: str, failing: str
 def _from_run(name: str, cfg: Config, relative: str) -> Result:
     import mlflow  # noqa: PLC0415 (slow import)
 
-    from pipeline.tracking import tracking_uri  # noqa: PLC0415
+    from pipeline.record import tracking_uri  # noqa: PLC0415
 
     uri = tracking_uri(cfg.mlflow.tracking_uri)
     try:
@@ -242,7 +242,7 @@ def log_comparison(a_name: str, b_name: str, text: str, data: dict, cfg: Config,
     """
     import mlflow  # noqa: PLC0415 (slow import)
 
-    from pipeline.tracking import tracking_uri  # noqa: PLC0415
+    from pipeline.record import tracking_uri  # noqa: PLC0415
 
     named = [target] if target else [n for n in (a_name, b_name) if RUN_ID.match(n)]
     if not named:

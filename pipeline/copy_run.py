@@ -30,8 +30,10 @@ from typing import Any
 from pipeline import audit_rederive as R
 from pipeline.audit import expected_record
 from pipeline.audit_mlflow import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
+from pipeline.dvc_files import read_yaml12
+from pipeline.record import tracking_uri
 from pipeline.timing import TIME_PREFIX
-from pipeline.tracking import STORE_HTTP_ENV, log_run, read_yaml12, tracking_uri
+from pipeline.tracking import STORE_HTTP_ENV, log_run
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.credentials import redact_text, redact_uri

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
+from pipeline.dvc_files import pipeline_stages
+from pipeline.record import RunOrigin, build_record
 from pipeline.timing import pipeline_metrics, record_stage
-from pipeline.tracking import RunOrigin, build_record, log_or_keep, pipeline_stages
+from pipeline.tracking import log_or_keep
 from seqcore.config import Config
 from seqcore.tasks import get_task
 from seqcore.tasks.base import Evaluated

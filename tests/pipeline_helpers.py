@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from pipeline.tracking import MAX_PARAMS_PER_BATCH, param_items
+from pipeline.record import param_items
+from pipeline.tracking import MAX_PARAMS_PER_BATCH
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.audit import AuditReport
 from tests.factories import REPO

@@ -17,7 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit import main as audit_main
 from pipeline.dvc_lock import dvc_md5
-from pipeline.tracking import pipeline_stages
+from pipeline.dvc_files import pipeline_stages
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.signature import NO_RESULT_KEYS, inherited_diff
 from seqcore.blobs import load_blob, save_blob

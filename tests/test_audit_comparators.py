@@ -24,7 +24,8 @@ import torch
 
 from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
 from pipeline.audit_rederive import training_diffs
-from pipeline.tracking import dataset_entities, read_yaml12
+from pipeline.dvc_files import read_yaml12
+from pipeline.tracking import dataset_entities
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
 from seqcore.artifacts.reports import Results
 from seqcore.artifacts.run_record import RunRecord

@@ -25,7 +25,7 @@ from dvc.repo import Repo
 from pipeline import evaluate
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_lock import lock_hash_diffs
-from pipeline.tracking import read_yaml12
+from pipeline.dvc_files import read_yaml12
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config

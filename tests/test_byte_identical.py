@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tracking import git_state
+from pipeline.git_state import git_state
 from seqcore.config import load_config
 from seqcore.training.checkpoint import CheckpointDir
 from tests.factories import REPO

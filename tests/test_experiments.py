@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pipeline.progress import in_chunks
-from pipeline.tracking import run_name, split_counts
+from pipeline.record import run_name, split_counts
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import config_from_dict, flatten
 from seqcore.g2p import is_illegal_phoneme
@@ -234,7 +234,7 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
 
 def test_a_relative_sqlite_store_is_the_users_repo_also_inside_a_temp_experiment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from pipeline.tracking import tracking_uri  # noqa: PLC0415
+    from pipeline.record import tracking_uri  # noqa: PLC0415
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)  # a `dvc exp run --temp` works in a copy under .dvc/tmp/exps

@@ -18,9 +18,8 @@ import pytest
 
 from seqcore.artifacts.run_record import RunRecord
 
-from pipeline.tracking import (
-    MAX_PARAM_CHARS, log_or_keep, log_run, log_seconds, param_items,
-    tracking_uri)
+from pipeline.record import MAX_PARAM_CHARS, param_items, tracking_uri
+from pipeline.tracking import log_or_keep, log_run, log_seconds
 from tests.factories import REPO
 from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record
 
@@ -122,7 +121,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
 
 
 def test_the_run_description_holds_the_report_lead_and_points_to_the_whole_report() -> None:
-    from pipeline.tracking import NOTE_REPORT_CHARS, report_lead, run_note  # noqa: PLC0415
+    from pipeline.record import NOTE_REPORT_CHARS, report_lead, run_note  # noqa: PLC0415
 
     report = "# Evaluation report\n\n| WER | 0.27 |\n\n## Beside the baseline\n\nx\n\n## Headline\n\nrest"
     lead = report_lead(report)

@@ -10,7 +10,8 @@ compare view with "Show diff only". Usage, from the repository root:
     python tools/screenshots.py                 # writes docs/img/mlflow_runs.png, _compare.png
     python tools/screenshots.py --keep /tmp/ui  # keep the copy (and its mlflow.db) there
     python tools/screenshots.py --result        # the committed default (after `dvc pull`):
-                                                # mlflow_model.png, _datasets.png, _run.png
+                                                # mlflow_model.png, _datasets.png, _run.png,
+                                                # _run_charts.png
 
 ``--result`` logs the workspace's result once more, with the evaluate stage's own code, to a
 fresh store (so the pictures show one run and one model version, not a developer's history),
@@ -236,7 +237,8 @@ def result_store(repo: Path, work: Path) -> Path:
 
 
 def result_screenshots(db: Path, out: Path) -> None:
-    """The registered model's page, the run table (Datasets column) and the run page."""
+    """The registered model's page, the run table (Datasets column), the run page and its
+    charts."""
     import mlflow  # noqa: PLC0415 (slow import)
 
     client = mlflow.MlflowClient(f"sqlite:///{db}")
@@ -260,6 +262,11 @@ def result_screenshots(db: Path, out: Path) -> None:
                   "?workflowType=machine_learning")
         page.wait_text("word_error_rate")
         page.shot(out / "mlflow_run.png", 1400, 1100)
+        # its charts: the loss/ and optim/ sections first, the single-value figures last
+        page.open(f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"
+                  "/model-metrics?workflowType=machine_learning")
+        page.wait_text("loss/train")
+        page.shot(out / "mlflow_run_charts.png", 1400, 900)
 
 
 def main() -> None:

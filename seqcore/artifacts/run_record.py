@@ -28,7 +28,7 @@ class RunRecord:
         images: artifact name -> base64 PNG; None (not written) for a run without plots.
         datasets: the run's dataset inputs (pipeline/lineage.py: name, digest, source_type,
             source, profile, context); None (not written) in a record made before them.
-        model: the MLflow model of the result (pipeline/tracking.py model_entry: the files
+        model: the MLflow model of the result (pipeline/registry.py model_entry: the files
             it packs with their sha256, the decode settings, the registered name and version
             tags); None for a result with no decoder (task lm) and records before issue 29.
         timing: ``time/*`` metric -> seconds (pipeline/timing.py: each stage's wall time and

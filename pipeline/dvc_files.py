@@ -1,0 +1,45 @@
+"""The pipeline's DVC files as the pipeline reads them: dvc.yaml's stages and outputs, and
+YAML 1.2 parsing as DVC does it (dvc.lock digests agree between evaluate and the audit)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+from seqcore.config import Config
+from seqcore.signature import result_params
+
+
+def read_yaml12(path: Path) -> Any:
+    """Parse YAML the way DVC does (ruamel, YAML 1.2: ``off`` is a string, ``1e-09`` a float),
+    so dvc.lock digests and values agree between the evaluate stage and the audit."""
+    return copy.deepcopy(_parse_yaml12(path.read_text(encoding="utf-8")))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_yaml12(text: str) -> Any:
+    """The parse, once per text: the audit reads one dvc.lock (40 kB, 0.3 s) four times."""
+    from ruamel.yaml import YAML  # noqa: PLC0415
+
+    return YAML(typ="safe", pure=True).load(text)
+
+
+def pipeline_stages(dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
+    """The names of the stages in dvc.yaml, in its order."""
+    return list((read_yaml12(dvc_yaml) or {}).get("stages", {}))
+
+
+def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:
+    """Every out, metric and plot file of the stages in dvc.yaml, templated with ``cfg``."""
+    values = result_params(cfg)  # the templated keys (paths.*, evaluate.details_dir) are there
+    stages = read_yaml12(dvc_yaml)["stages"] if dvc_yaml.exists() else {}
+    out = set()
+    for stage in stages.values():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind) or []:
+                name = entry if isinstance(entry, str) else next(iter(entry))
+                out.add(re.sub(r"\$\{([^}]+)\}", lambda m: str(values[m.group(1)]), name))
+    return {name.rstrip("/") for name in out}

@@ -1,0 +1,41 @@
+"""The checkout a result was made in: its commit, and whether code or params differ from it."""
+
+from __future__ import annotations
+
+import subprocess
+
+from pipeline.dvc_files import pipeline_outputs
+from seqcore.config import Config
+
+
+def git_changes() -> list[str]:
+    """Paths (files, untracked ones included) that differ from the checked-out commit."""
+    res = subprocess.run(["git", "status", "--porcelain", "-z", "--untracked-files=all"],
+                         capture_output=True, text=True, check=False)
+    fields, paths = res.stdout.split("\0"), []
+    while fields:
+        entry = fields.pop(0)
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if entry[0] in "RC":  # a rename or copy is followed by its source path
+                paths.append(fields.pop(0))
+    return paths
+
+
+def git_state(cfg: Config) -> dict[str, str]:
+    """The commit of the working tree, and whether its code or params differ from it.
+
+    Files the pipeline writes itself (dvc.lock, reports/, every output in dvc.yaml) do not
+    count: `dvc repro` rewrites them before this runs, which marked every run dirty (issue 12).
+    """
+    written = {"dvc.lock", "reports"} | pipeline_outputs(cfg)
+    dirty = [p for p in git_changes()
+             if not any(p == w or p.startswith(w + "/") for w in written)]
+    return {"git.commit": head_commit(), "git.dirty": str(bool(dirty))}
+
+
+def head_commit() -> str:
+    """The checked-out commit ("none" outside a repository or before the first commit)."""
+    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                         check=False)
+    return res.stdout.strip() or "none"
