@@ -4,10 +4,9 @@ evaluate's report and plot, the MLflow record and the audit).
 The row type, :class:`StepLog`, lives here (plain data, no torch) so that the metrics read the
 log without importing ``seqcore.training``; ``seqcore.training.loop`` re-exports it. The file
 is ``csv.writer`` of :meth:`StepLog.row` under a header of :data:`LOG_COLUMNS`: ints as
-``str(int)``, floats as ``repr`` (a step without a dev evaluation has ``nan``). A log written
-before issue 12 carries a trailing wall-clock ``tokens_per_s`` column (empty or absent on rows
-restored from a checkpoint); it still reads, and is written back as read. The file carries no
-version field (bytes kept); it reads as version 1.
+``str(int)``, floats as ``repr`` (a step without a dev evaluation has ``nan``). Clock time is
+never in it (pipeline/timing.py keeps the stage's time beside the workspace). The file carries
+no version field (bytes kept); it reads as version 1.
 """
 
 from __future__ import annotations
@@ -45,8 +44,6 @@ class StepLog:
 
 #: Columns of the training log, in StepLog's field order.
 LOG_COLUMNS = tuple(f.name for f in fields(StepLog))
-#: The wall-clock column of a log written before issue 12 (read, never written by train).
-LEGACY_TIMING = "tokens_per_s"
 _TYPES = {f.name: int if f.type == "int" else float for f in fields(StepLog)}
 
 
@@ -56,8 +53,8 @@ class TrainLogWriter:
     def __init__(self, f: TextIO) -> None:
         self._f, self._csv = f, csv.writer(f, lineterminator="\n")
 
-    def append(self, entry: StepLog, tokens_per_s: float | None = None) -> None:
-        self._csv.writerow(entry.row() + ([] if tokens_per_s is None else [tokens_per_s]))
+    def append(self, entry: StepLog) -> None:
+        self._csv.writerow(entry.row())
         self._f.flush()
 
 
@@ -67,8 +64,6 @@ class TrainLog:
 
     Attributes:
         rows: the steps in file order.
-        tokens_per_s: None for every log since issue 12; an old log's wall-clock column, by
-            row (None where a row restored from a checkpoint has no cell).
         raw_cells: the text of each row's LOG_COLUMNS cells as read (the audit compares text
             with the checkpoint history); None for a log built in memory.
     """
@@ -76,7 +71,6 @@ class TrainLog:
     SCHEMA_VERSION: ClassVar[int] = UNVERSIONED
 
     rows: tuple[StepLog, ...]
-    tokens_per_s: tuple[float | None, ...] | None = None
     raw_cells: tuple[tuple[str, ...], ...] | None = field(default=None, compare=False,
                                                           repr=False)
 
@@ -88,23 +82,20 @@ class TrainLog:
 
     @staticmethod
     @contextmanager
-    def writer(path: str | Path, rows: Iterable[StepLog] = (),
-               legacy_timing: bool = False) -> Iterator[TrainLogWriter]:
-        """Write the header and ``rows``, then yield a writer that appends one step at a time
-        (``legacy_timing``: the header ends with the old ``tokens_per_s`` column)."""
+    def writer(path: str | Path, rows: Iterable[StepLog] = ()) -> Iterator[TrainLogWriter]:
+        """Write the header and ``rows``, then yield a writer that appends one step at a
+        time."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="", encoding="utf-8") as f:
             head = csv.writer(f, lineterminator="\n")
-            head.writerow(LOG_COLUMNS + ((LEGACY_TIMING,) if legacy_timing else ()))
+            head.writerow(LOG_COLUMNS)
             head.writerows(r.row() for r in rows)
             yield TrainLogWriter(f)
 
     def save(self, path: str | Path) -> None:
-        timing = self.tokens_per_s
-        with self.writer(path, legacy_timing=timing is not None) as out:
-            for i, r in enumerate(self.rows):
-                out.append(r, None if timing is None else timing[i])
+        with self.writer(path, self.rows):
+            pass
 
     @classmethod
     def load(cls, path: str | Path) -> TrainLog:
@@ -114,17 +105,15 @@ class TrainLog:
             table = list(csv.reader(f))
         header = table[0] if table else []
         missing = [c for c in LOG_COLUMNS if c not in header]
-        unknown = [c for c in header if c not in LOG_COLUMNS + (LEGACY_TIMING,)]
+        unknown = [c for c in header if c not in LOG_COLUMNS]
         if missing or unknown or len(set(header)) != len(header):
             raise ArtifactError(
                 f"{path}: not a training log this code reads (header {','.join(header)!r}: "
                 f"missing {missing}, unknown {unknown}); re-run the stage that writes it "
                 "(dvc repro)")
         at = [header.index(c) for c in LOG_COLUMNS]
-        timed = header.index(LEGACY_TIMING) if LEGACY_TIMING in header else None
         rows: list[StepLog] = []
         cells: list[tuple[str, ...]] = []
-        timing: list[float | None] = []
         for line, row in enumerate(table[1:], start=2):
             if len(row) > len(header):
                 raise ArtifactError(f"{path}: line {line}: {len(row)} cells, the header has "
@@ -132,10 +121,7 @@ class TrainLog:
             text = tuple(row[i] if i < len(row) else "" for i in at)
             rows.append(StepLog(*(_cell(path, line, c, t) for c, t in zip(LOG_COLUMNS, text))))
             cells.append(text)
-            if timed is not None:
-                t = row[timed] if timed < len(row) else ""
-                timing.append(_cell(path, line, LEGACY_TIMING, t) if t else None)
-        return cls(tuple(rows), None if timed is None else tuple(timing), tuple(cells))
+        return cls(tuple(rows), raw_cells=tuple(cells))
 
 
 def _cell(path: str | Path, line: int, column: str, text: str) -> int | float:

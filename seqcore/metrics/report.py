@@ -161,20 +161,11 @@ def _baseline(metrics: dict[str, Any], decode: dict[str, Any]) -> list[str]:
 
 
 def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
-    """Steps, epochs, wall time and the selected checkpoint, as Markdown lines.
-
-    Wall time is the sum of tokens / (tokens per second) over the steps timed, for a log
-    written before issue 12 (later logs carry no timing).
-    """
+    """Steps, epochs and the selected checkpoint, as Markdown lines. The wall time is clock
+    time, so never in this DVC-tracked report: it is the MLflow run's ``time/train_s``."""
     log = TrainLog.load(train_log)
-    timed = [r.tokens / t for r, t in zip(log.rows, log.tokens_per_s or ())
-             if t is not None and t > 0]
     epochs = int(log.rows[-1].epoch) + 1 if log.rows else 0
-    # Logs since issue 12 hold no wall-clock column (a DVC-tracked file keeps its bytes run
-    # to run); an older log's timing is summed.
-    wall = (f"{sum(timed):.0f} s over the {len(timed)} steps timed by the last run"
-            if timed else "not recorded in the training log (its columns are deterministic; "
-            "the train stage prints elapsed time and speed)")
+    wall = "in the MLflow run (time/train_s; clock time is kept out of DVC-tracked files)"
     selected = train_metrics.selected_step
     return [f"Training: {train_metrics.steps} steps, {epochs} epoch(s) started, "
             f"{train_metrics.tokens} target tokens; wall time {wall}; selected "
