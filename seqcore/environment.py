@@ -1,8 +1,11 @@
-"""The producing environment of a result: interpreter, platform, torch build, package set.
+"""The producing environment of a result: interpreter, platform, torch build, the CPU's vector
+instruction set as torch uses it, package set.
 
-Recorded in the model file, the predictions header and the MLflow run (tags ``env.*``); the
-audit compares each record with the environment it runs in, because a different torch
-build or package set can change floating-point results without any code change.
+Recorded in the MLflow run (tags ``env.*``); the audit compares the record with the
+environment it runs in, because a different torch build, package set or CPU capability can
+change floating-point results without any code change: the default model trained on an AVX2
+host and on an AVX-512 host parts at step 3, in the 7th digit of the loss (the CPU kernels
+sum in another order), and ends as another model.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ class Environment:
     platform: str
     torch: str
     torch_build: str
+    cpu_capability: str  # torch's CPU kernel level: AVX2, AVX512, DEFAULT, ...
     packages_sha256: str
 
     def as_dict(self) -> dict[str, str]:
@@ -46,6 +50,7 @@ def producing_environment() -> Environment:
     listing = "\n".join(installed_packages()).encode("utf-8")
     return Environment(python=platform.python_version(), platform=platform.platform(),
                        torch=str(torch.__version__), torch_build=build,
+                       cpu_capability=torch.backends.cpu.get_cpu_capability(),
                        packages_sha256=hashlib.sha256(listing).hexdigest())
 
 
