@@ -28,8 +28,8 @@ def _parse_yaml12(text: str) -> Any:
 
 
 def pipeline_stages(dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
-    """The names of the stages in dvc.yaml, in its order."""
-    return list((read_yaml12(dvc_yaml) or {}).get("stages", {}))
+    """The names of the stages in dvc.yaml, in its order (none without the file)."""
+    return list((read_yaml12(dvc_yaml) or {}).get("stages", {})) if dvc_yaml.exists() else []
 
 
 def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:

@@ -6,8 +6,8 @@ evaluate stage puts them into its MLflow run (``time/*`` metrics, and the run's 
 the summed wall time of the stages). CPU seconds count the stage's process and every child
 it waited for (torchrun's ranks, the phonetisaurus processes).
 
-Training adds up over resumes: the train stage keeps a running total beside its checkpoints
-(``timing.json`` in the checkpoint folder), so a killed run and its resumption both count.
+Training adds up over resumes: the train stage keeps a running total per checkpoint folder
+(``.seqcore/timings/training/<folder>.json``), so a killed run and its resumption both count.
 A stage DVC skipped keeps the file of its last run here; a stage never run in this workspace
 (its outputs pulled from a remote) has none, and the run then states no pipeline total.
 """
@@ -87,6 +87,12 @@ def elapsed() -> StageTime:
 
 def stage_file(stage: str, root: Path = Path()) -> Path:
     return root / TIMINGS / f"{stage}.json"
+
+
+def training_clock(folder: str, root: Path = Path()) -> Path:
+    """The running time of the training in checkpoint folder ``folder`` (kept beside the
+    stage timings, not in the folder: a resumed run's checkpoints keep their bytes)."""
+    return root / TIMINGS / "training" / f"{folder}.json"
 
 
 def record_stage(stage: str, spent: StageTime | None = None) -> None:

@@ -20,7 +20,7 @@ import torch
 
 from pipeline.stage import load
 from pipeline.task_io import PipelineIO
-from pipeline.timing import StageTime, elapsed, record_stage
+from pipeline.timing import StageTime, elapsed, record_stage, training_clock
 from seqcore.artifacts.model_file import ModelMeta
 from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
@@ -31,10 +31,6 @@ from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world, stored_world
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
-
-
-#: The training's running wall and CPU seconds, beside its checkpoints (no DVC out).
-TIMING_FILE = "timing.json"
 
 
 def finite(x: float) -> float | None:
@@ -155,8 +151,8 @@ def main() -> None:
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
     progress = Progress(trainer.state.step, cfg.train.max_steps)
-    # The training's time adds up over resumes in its checkpoint folder (pipeline/timing.py).
-    clock = ckpt.root / TIMING_FILE
+    # The training's time adds up over the resumes of its checkpoint folder (pipeline/timing.py).
+    clock = training_clock(ckpt.root.name)
     earlier = (StageTime.read(clock) if resumed else None) or StageTime(0.0, 0.0)
     with TrainLog.writer(cfg.paths.train_log, trainer.state.history) as out:
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.timing import StageTime, stage_file
+from pipeline.timing import StageTime, stage_file, training_clock
 from tests.factories import REPO
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
@@ -51,7 +51,7 @@ def test_killed_train_stage_resumes_on_repro_and_matches_an_uninterrupted_run(
     assert (crashed / "models/model.pt").read_bytes() == \
         (audit_result[0] / "models/model.pt").read_bytes()
     (ckpt,) = crashed.glob("checkpoints/*/ckpt-00000004.pt")
-    running = ckpt.parent / "timing.json"  # the training's time so far, at each log line
+    running = training_clock(ckpt.parent.name, crashed)  # time so far, at each log line
     before = StageTime.read(running)
     out = dvc(crashed, "repro", "train")
     assert "resumed from ckpt-00000004.pt" in out, f"train did not resume:\n{out}"

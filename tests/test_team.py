@@ -277,8 +277,9 @@ def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
     import mlflow  # noqa: PLC0415
 
     run = client.get_run(run_id)
+    # time/*: how long the stages took (pipeline/timing.py), clock time the audit never compares
     history = {k: [(m.step, m.value) for m in client.get_metric_history(run_id, k)]
-               for k in run.data.metrics}
+               for k in run.data.metrics if not k.startswith("time/")}
     files = {n: Path(mlflow.artifacts.download_artifacts(
         run_id=run_id, artifact_path=n, dst_path=str(tmp / run_id),
         tracking_uri=client.tracking_uri)).read_bytes() for n in artifact_names(client, run_id)}
