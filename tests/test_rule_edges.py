@@ -13,19 +13,20 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from seqcore.audit import (
     MISMATCH, NOT_RUN, OK, WARNING, AuditReport, lock_param_diffs, lookup, number_diffs,
-    stage_out_diffs)
+    same_value_diffs, stage_out_diffs, tokenizer_file_diffs)
 from seqcore.contract import IGNORE_INDEX, attention_mask, shift_targets
 from seqcore.losses import sequence_loss
 from seqcore.metrics.edit import aligned_matches, levenshtein
 from seqcore.metrics.failures import has_loop
 from seqcore.training.schedule import learning_rate
-from tests.factories import IDS
+from tests.factories import CONTRACT, IDS
 
 
 # -- edit distance ------------------------------------------------------------------------
@@ -170,3 +171,23 @@ def test_the_audit_report_fails_on_a_mismatch_or_a_check_not_run_and_only_warns_
     strict = AuditReport()
     strict.warn("e", ["env differs"], strict=True)
     assert strict.failed() == ["e"] and strict.verdict() == "FAILED (e)"
+
+
+def test_every_place_must_hold_the_first_places_value() -> None:
+    assert same_value_diffs("sig", {}) == []
+    assert same_value_diffs("sig", {"lock": "a", "model": "a", "run": "b"}) == [
+        "sig: run has 'b' but lock has 'a'"]
+
+
+def test_each_tokenizer_model_must_hash_to_its_contract_and_a_missing_one_is_named(
+        tmp_path: Path) -> None:
+    (tmp_path / "src.model").write_bytes(b"src")
+    hashes = {tmp_path / "src.model": CONTRACT.src.sha256}
+    assert tokenizer_file_diffs(tmp_path, CONTRACT, hashes.__getitem__) == [
+        f"tokenizer tgt: file {tmp_path / 'tgt.model'} has sha256 missing, tokenizer contract "
+        f"records {CONTRACT.tgt.sha256}"]
+    (tmp_path / "tgt.model").write_bytes(b"tgt")
+    hashes[tmp_path / "tgt.model"] = "f" * 64
+    assert tokenizer_file_diffs(tmp_path, CONTRACT, hashes.__getitem__) == [
+        f"tokenizer tgt: file {tmp_path / 'tgt.model'} has sha256 {'f' * 64}, tokenizer "
+        f"contract records {CONTRACT.tgt.sha256}"]
