@@ -21,10 +21,11 @@ import torch
 from seqcore.audit import (
     MISMATCH, NOT_RUN, OK, WARNING, AuditReport, lock_param_diffs, lookup, number_diffs,
     same_value_diffs, stage_out_diffs, tokenizer_file_diffs)
-from seqcore.contract import IGNORE_INDEX, attention_mask, shift_targets
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.contract import IGNORE_INDEX, attention_mask, masked_softmax, shift_targets
 from seqcore.losses import sequence_loss
 from seqcore.metrics.edit import aligned_matches, levenshtein
-from seqcore.metrics.failures import has_loop
+from seqcore.metrics.failures import FailureRules, failure_modes, has_loop, ngrams
 from seqcore.training.schedule import learning_rate
 from tests.factories import CONTRACT, IDS
 
@@ -86,6 +87,14 @@ def test_a_causal_mask_lets_query_t_see_the_keys_up_to_t_plus_its_offset() -> No
 def test_teacher_forcing_refuses_an_eos_flag_list_of_another_length() -> None:
     with pytest.raises(ValueError):
         shift_targets([[5, 6], [7]], IDS, has_eos=[True])
+    empty = shift_targets([], IDS)  # no targets: (0, 0) tensors, not an error
+    assert empty.inputs.shape == empty.labels.shape == (0, 0)
+
+
+def test_attention_weights_refuse_a_mask_that_is_not_boolean() -> None:
+    with pytest.raises(TypeError, match=r"allowed must be bool \(True = may attend\), got "
+                       r"torch.float32"):
+        masked_softmax(torch.zeros(1, 2), torch.ones(1, 2))
 
 
 # -- the loss -----------------------------------------------------------------------------
@@ -108,6 +117,26 @@ def test_a_row_without_labels_counts_in_no_sequence_mean() -> None:
 
 
 # -- failure modes ------------------------------------------------------------------------
+
+def row(hyp: str, ref: str) -> PredictionRow:
+    return PredictionRow("1", "1", "src", ref, hyp, [], hyp.split(), 0.0, 0.0,
+                         len(hyp.split()), True, [])
+
+
+def test_length_ratios_count_strictly_below_half_and_strictly_above_one_and_a_half() -> None:
+    rules = FailureRules(repeat_ngram=2, repeat_times=3, examples=1)
+    rows = [row("a", "a b"), row("a b c", "a b"), row("a b", "a b"), row("a", "a b c")]
+    got = failure_modes(rows, rules, None)["length_ratio"]  # ratios 0.5, 1.5, 1, 1/3
+    assert got["below_0.5"] == 0.25 and got["above_1.5"] == 0.0
+    assert got["median"] == 0.75
+    none = failure_modes([], rules, None)["length_ratio"]
+    assert math.isnan(none["median"])
+
+
+def test_ngrams_are_counted_at_every_start() -> None:
+    assert ngrams(["a", "b", "a", "b"], 2) == {("a", "b"): 2, ("b", "a"): 1}
+    assert ngrams(["a"], 2) == {}
+
 
 def test_a_loop_at_the_very_end_of_the_output_is_found() -> None:
     assert has_loop(["x", "a", "a", "a"], n=1, times=3)
@@ -139,6 +168,10 @@ def test_rebuilt_outs_name_the_first_divergent_stage_and_a_missing_out() -> None
         "first divergent stage: b", "b: y: rebuilt md5 9, dvc.lock records 2",
         "b: z: rebuilt md5 missing, dvc.lock records 3"]
     assert stage_out_diffs(["a", "b"], lock, {})[0] == "first divergent stage: a"
+    # a stage without outs, or one the lock does not hold, has nothing to compare
+    assert stage_out_diffs(["v", "a"], {"stages": {"v": {"cmd": "x"}, **lock["stages"]}},
+                           lock) == []
+    assert stage_out_diffs(["a"], {}, lock) == []
 
 
 def test_lock_params_are_looked_up_by_dotted_key_and_a_missing_one_differs() -> None:
@@ -150,6 +183,9 @@ def test_lock_params_are_looked_up_by_dotted_key_and_a_missing_one_differs() -> 
     assert lock_param_diffs(lock, params) == [
         "train: train.steps: params.yaml has None, dvc.lock records 3 (changed without "
         "`dvc repro`)"]
+    # a lock without stages, a stage without params or without params.yaml: nothing to compare
+    assert lock_param_diffs({}, params) == []
+    assert lock_param_diffs({"stages": {"a": {}, "b": {"params": {}}}}, params) == []
 
 
 def test_the_audit_report_fails_on_a_mismatch_or_a_check_not_run_and_only_warns_else() -> None:
@@ -159,18 +195,23 @@ def test_the_audit_report_fails_on_a_mismatch_or_a_check_not_run_and_only_warns_
     report.seconds["a"] = 1.25
     assert report.ok and report.wants("a") and not report.wants("e")
     assert report.verdict() == "PASSED with warnings (b) [only: a, b, c, d]"
-    report.add("c", ["x: differs"])
+    report.add("c", ["x: differs\n--- a\n+++ b"])
     report.not_run("d", "no model")
     report.add("d", [])  # a check not run stays NOT RUN
     assert report.status == {"a": OK, "b": WARNING, "c": MISMATCH, "d": NOT_RUN}
     assert report.failed() == ["c", "d"] and not report.ok
     assert report.render().splitlines() == [
         "ok       a (1.2 s)", "WARNING  b", "         - env differs", "MISMATCH c",
-        "         - x: differs", "NOT RUN  d", "         - no model",
+        "         - x: differs", "           --- a", "           +++ b", "NOT RUN  d",
+        "         - no model",
         "audit: FAILED (c, d) with warnings (b) [only: a, b, c, d]"]
     strict = AuditReport()
     strict.warn("e", ["env differs"], strict=True)
     assert strict.failed() == ["e"] and strict.verdict() == "FAILED (e)"
+    two = AuditReport()
+    two.warn("e", ["x"])
+    two.warn("f", ["y"])
+    assert two.verdict() == "PASSED with warnings (e, f)"
 
 
 def test_every_place_must_hold_the_first_places_value() -> None:
