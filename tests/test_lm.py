@@ -256,3 +256,16 @@ def test_the_lm_result_signature_carries_the_document_bootstrap_settings() -> No
                             "evaluate": {"bootstrap_samples": 0}})
     assert signed_result(off, contract, {"k": 1}, "f" * 64).endswith(
         "|model:ffffffffffff|decode:none|fmt:2|version:1")
+
+
+def test_the_dev_nll_of_training_reads_each_document_with_the_carried_state() -> None:
+    # one dev document longer than bptt on one stream: its NLL is the whole document read
+    # from one state (document_nll without a window), not restarted at each segment
+    torch.manual_seed(0)
+    model = tiny_lm("gru")
+    doc = [4, 5, 6, 7, 8, 9, 4, 5, 6, 7]
+    feed = LMFeed(([doc], [doc]), IDS, "token-mean", 0.0, streams=1, bptt=3, seed=0)
+    nll, tokens = feed.dev_nll(model)
+    assert tokens == len(doc) + 1  # every token and EOS
+    assert nll == pytest.approx(document_nll(model, doc, None), rel=1e-5)
+    assert abs(nll - document_nll(model, doc, 3)) > 1e-3  # reset every 3 positions differs
