@@ -596,27 +596,18 @@ def _check(cfg: Config) -> None:
               f"must not contain tokenizer.eos_id ({tok.eos_id})")
     if tr.ss_schedule == "exponential" and not tr.ss_k < 1:
         _fail("train.ss_k", tr.ss_k, "must be in (0, 1) when train.ss_schedule is exponential")
-    if cfg.task == "lm" and cfg.model.family == "transformer":
-        _fail("model.family", cfg.model.family,
-              "must be gru or lstm when task is lm (the stateful RNN LM)")
-    if cfg.task == "lm" and tr.ss_schedule != "off":
-        _fail("train.ss_schedule", tr.ss_schedule,
-              "must be off when task is lm (no decoder inputs to mix)")
     for key, spec in (("train.device", tr.device), ("decode.device", dec.device)):
         if not DEVICE_SPEC.fullmatch(spec):
             _fail(key, spec, "must be one of auto, cpu, cuda, cuda:N")
     if tr.nproc > 1 and ":" in tr.device:
         _fail("train.device", tr.device, "pins one GPU; with train.nproc > 1 use cuda or auto "
               "(rank r uses cuda:LOCAL_RANK)")
-    if cfg.task == "lm" and tr.nproc > tr.batch_size:
-        _fail("train.nproc", tr.nproc, f"must be <= train.batch_size ({tr.batch_size}) when "
-              "task is lm: each rank trains its own streams")
-    if dec.rescore == "baseline" and cfg.task != "lm" and cfg.baseline.kind == "none":
-        _fail("decode.rescore", dec.rescore, "needs the baseline's n-best, and baseline.kind "
-              "is none: set decode.rescore: none, or baseline.kind auto or phonetisaurus")
-    if cfg.task == "lm" and cfg.baseline.kind == "phonetisaurus":
-        _fail("baseline.kind", cfg.baseline.kind,
-              "must be auto or none when task is lm (a G2P baseline needs parallel rows)")
+    # The task's own rules (seqcore.tasks: no rule about a task lives outside it); imported
+    # here because seqcore.tasks imports this module.
+    from seqcore.tasks import get_task  # noqa: PLC0415
+
+    for key, value, allowed in get_task(cfg.task).config_problems(cfg):
+        _fail(key, value, allowed)
     if tr.amp == "fp16" and tr.device == "cpu":
         _fail("train.amp", tr.amp, "needs CUDA (train.device cuda or auto); use bf16 on CPU")
     scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
@@ -664,9 +655,9 @@ def ignored_settings(cfg: Config) -> list[str]:
            f"reads it (decode.strategy is {dec.strategy})"
            for key, (reader, default) in _STRATEGY_ONLY.items()
            if dec.strategy != reader and getattr(dec, key) != default]
-    if cfg.task == "lm" and dec.rescore != "none":
-        out.append(f"decode.rescore = {dec.rescore!r} is ignored: task lm decodes nothing")
-    return out
+    from seqcore.tasks import get_task  # noqa: PLC0415 (seqcore.tasks imports this module)
+
+    return out + get_task(cfg.task).ignored_settings(cfg)
 
 
 def _check_raw_name(cfg: Config) -> None:

@@ -242,11 +242,14 @@ def imported_names(path: Path) -> set[str]:
 
 
 def task_pieces(module: str) -> list[str]:
-    """The task modules that stage module ``module`` (``pipeline.<stage>``) loads by name:
-    ``<package>.<stage>`` of every task (seqcore.tasks imports a stage's piece with importlib,
-    so no import statement names it)."""
+    """The task modules that ``module`` loads by name: for a stage module
+    (``pipeline.<stage>``), ``<package>.<stage>`` of every task; for seqcore.tasks, every
+    task's package (seqcore.tasks imports them with importlib, so no import statement names
+    them)."""
     from seqcore.tasks import PIECE_STAGES, TASKS  # noqa: PLC0415 (light: no torch)
 
+    if module == "seqcore.tasks":  # Task.config_problems loads each task's package by name
+        return sorted({task.package for task in TASKS.values()})
     stage = module.removeprefix("pipeline.")
     if not module.startswith("pipeline.") or stage not in PIECE_STAGES:
         return []

@@ -49,6 +49,16 @@ class Task:
         """The module of this task's piece for ``stage`` (imported now, once per process)."""
         return importlib.import_module(f"{self.package}.{stage}")
 
+    def config_problems(self, cfg: Config) -> list[tuple[str, Any, str]]:
+        """params.yaml rules of this task, checked with the others when the params load:
+        (key, value, what is allowed) for each one broken. From the task's package itself
+        (light: every stage loads params)."""
+        return importlib.import_module(self.package).config_problems(cfg)
+
+    def ignored_settings(self, cfg: Config) -> list[str]:
+        """Settings this task never reads, when set (one warning line each; nothing stops)."""
+        return importlib.import_module(self.package).ignored_settings(cfg)
+
     def scored_splits(self, data: DataConfig) -> dict[str, float]:
         """prepare: the prepared splits this task scores, with their ``data.*_fraction``;
         prepare stops when one holds fewer than ``data.min_split_rows`` rows."""
