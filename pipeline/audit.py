@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline import audit_rederive as R
+from pipeline import audit_rederive
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_files import read_yaml12
@@ -42,8 +42,8 @@ from seqcore.tasks import get_task
 
 #: Every check of the default audit, in the order it runs (``--only`` picks from these).
 CHECKS = ("dvc.lock hashes and params", "dvc status", "contract", "counts",
-          *(f"{stage} redone" for stage in R.REDERIVED), "training record", "mlflow run",
-          "environment", "package versions")
+          *(f"{stage} redone" for stage in audit_rederive.REDERIVED), "training record",
+          "mlflow run", "environment", "package versions")
 
 
 def parse_only(value: str) -> tuple[str, ...]:
@@ -127,14 +127,14 @@ def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> N
     if not report.wants("training record"):
         return
     try:
-        folder = R.checkpoint_folder(cfg)
+        folder = audit_rederive.checkpoint_folder(cfg)
     except Exception as err:  # noqa: BLE001 (as in _run)
         report.not_run("training record", f"could not run: {type(err).__name__}: {err}")
         return
     if folder.is_dir():
-        _run(report, "training record", lambda: R.training_diffs(cfg, files.meta))
+        _run(report, "training record", lambda: audit_rederive.training_diffs(cfg, files.meta))
         return
-    _run(report, "training record", lambda: R.training_meta_diffs(cfg, files.meta))
+    _run(report, "training record", lambda: audit_rederive.training_meta_diffs(cfg, files.meta))
     report.warn("checkpoints", [f"{folder} is not here (working state of the machine that "
                                 "trained; never pushed): the training record was checked "
                                 "against the model file only"])
@@ -171,9 +171,9 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
          lambda: task.audit_contract(cfg, files) + common_contract_checks(cfg, files))
     _run(report, "counts", lambda: task.audit_counts(cfg, files))
     done: dict[str, Any] = {}
-    for stage in R.REDERIVED:
+    for stage in audit_rederive.REDERIVED:
         _run(report, f"{stage} redone",
-             lambda stage=stage: R.rederive_diffs(cfg, lock, stage, done))
+             lambda stage=stage: audit_rederive.rederive_diffs(cfg, lock, stage, done))
     _training_check(report, cfg, files)
     run, reason = None, None
     if use_mlflow and (report.wants("mlflow run") or report.wants("environment")):
@@ -185,7 +185,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
             report.run_id = run.info.run_id
             if "evaluate" not in done:  # the expected record needs the evaluation redone
                 with contextlib.suppress(Exception):
-                    R.rederive_diffs(cfg, lock, "evaluate", done)
+                    audit_rederive.rederive_diffs(cfg, lock, "evaluate", done)
             _run(report, "mlflow run", lambda: mlflow_diffs(
                 cfg, run, expected_record(cfg, done, run), lock))
     if report.wants("environment"):

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline import audit_rederive as R
+from pipeline import audit_rederive
 from pipeline.audit import expected_record
 from pipeline.audit_mlflow import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
 from pipeline.dvc_files import read_yaml12
@@ -106,7 +106,7 @@ def rebuild(cfg: Config, run_id: str | None, source: str) -> tuple[Any, RunRecor
         print(f"[copy_run] run {run.info.run_id} ({run.info.run_name}) in "
               f"{redact_uri(source)}; redoing the evaluation to check it", file=sys.stderr)
         done: dict[str, Any] = {}
-        diffs = R.rederive_diffs(cfg, lock, "evaluate", done)
+        diffs = audit_rederive.rederive_diffs(cfg, lock, "evaluate", done)
         if diffs:
             raise CopyError(f"the workspace's result is not consistent ({len(diffs)} "
                             f"difference(s); first: {diffs[0]}): run `python -m "

@@ -117,8 +117,7 @@ def run_tags(cfg: Config, sig: str, tc: TokenizerContract, header: PredictionsHe
     upstream = upstream_lock_digest(read_yaml12(lock)) if lock.exists() else "none"
     tags = {"contract.signature": sig, "contract.signature.format": str(SIGNATURE_FORMAT),
             "data.sha256": tc.data_sha256,
-            "tokenizer.contract.sha256": _sha256_or_none(Path(cfg.paths.tokenizer) /
-                                                         "contract.json"),
+            "tokenizer.contract.sha256": _sha256_or_none(cfg.paths.tokenizer_contract),
             "dvc.lock.sha256": _sha256_or_none(lock), "dvc.lock.upstream.sha256": upstream,
             "model.sha256": header.model_sha256, "seqcore.version": __version__,
             **git_state(cfg), **env_tags(producing_environment().as_dict())}
@@ -133,7 +132,7 @@ def run_tags(cfg: Config, sig: str, tc: TokenizerContract, header: PredictionsHe
 def run_texts(cfg: Config, pred_path: Path) -> dict[str, str]:
     """Artifact name -> text: kept in the record itself so a replay logs the same bytes."""
     files = {"params.yaml": "params.yaml", "dvc.lock": "dvc.lock",
-             "contract/tokenizer_contract.json": Path(cfg.paths.tokenizer) / "contract.json",
+             "contract/tokenizer_contract.json": cfg.paths.tokenizer_contract,
              "reports/metrics.json": cfg.paths.metrics, "reports/buckets.csv": cfg.paths.buckets,
              "reports/report.md": cfg.paths.report,
              "reports/train_metrics.json": cfg.paths.train_metrics,

@@ -54,7 +54,7 @@ def model_entry(cfg: Config, header: PredictionsHeader, pred_path: Path, tc: Tok
         return None
     tok = Path(cfg.paths.tokenizer)
     files = {"model.pt": cfg.paths.model, "model.pt.sha256": f"{cfg.paths.model}.sha256",
-             "contract.json": str(tok / "contract.json"),
+             "contract.json": str(cfg.paths.tokenizer_contract),
              "src.model": str(tok / tc.side("src").file),
              "tgt.model": str(tok / tc.side("tgt").file)}
     return {"name": registered_model_name(cfg), "files": files,

@@ -26,7 +26,7 @@ from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
-from seqcore.training import distributed as D
+from seqcore.training import distributed
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world, stored_world
 from seqcore.tasks import TaskError, get_task
@@ -37,7 +37,7 @@ def finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def build(cfg: Config, device: torch.device, world: D.World) -> Setup:
+def build(cfg: Config, device: torch.device, world: distributed.World) -> Setup:
     """Read the declared inputs of this task and build its setup (seqcore.tasks)."""
     try:
         return get_task(cfg.task).training_setup(cfg, PipelineIO(cfg, "train"), device, world)
@@ -49,27 +49,27 @@ def refuse_other_world(cfg: Config) -> None:
     """Before torchrun starts the ranks: stop in one line when the checkpoint this run would
     resume was written by another number of processes or on another device kind (inside
     torchrun each rank would print it, under torchrun's failure report)."""
-    if cfg.train.nproc == 1 or D.under_torchrun() or cfg.train.resume != "auto":
+    if cfg.train.nproc == 1 or distributed.under_torchrun() or cfg.train.resume != "auto":
         return
-    setup = build(cfg, torch.device("cpu"), D.World())
-    folder = Path(cfg.paths.checkpoints) / D.checkpoint_folder_name(setup.contract)
+    setup = build(cfg, torch.device("cpu"), distributed.World())
+    folder = Path(cfg.paths.checkpoints) / distributed.checkpoint_folder_name(setup.contract)
     found = CheckpointDir(folder, cfg.train.keep_last).latest_good() if folder.is_dir() else None
     if found is not None:
         try:
             check_world(stored_world(found.payload), cfg.train.nproc,
                         device_kind(cfg.train.device), found.path)
-        except D.WorldMismatch as err:
+        except distributed.WorldMismatch as err:
             sys.exit(f"[train] {err}")
 
 
-def start(cfg: Config) -> tuple[D.World, torch.device]:
+def start(cfg: Config) -> tuple[distributed.World, torch.device]:
     """Relaunch under torchrun when train.nproc > 1; join the ranks; pick and seed the device."""
     refuse_other_world(cfg)
-    D.relaunch_under_torchrun(cfg.train.nproc, "pipeline.train", sys.argv[1:])
+    distributed.relaunch_under_torchrun(cfg.train.nproc, "pipeline.train", sys.argv[1:])
     try:
-        world = D.init_world(cfg.train.nproc, device_kind(cfg.train.device))
+        world = distributed.init_world(cfg.train.nproc, device_kind(cfg.train.device))
         device = resolve_device(cfg.train.device, world.local_rank)
-    except (D.WorldMismatch, DeviceUnavailable) as err:
+    except (distributed.WorldMismatch, DeviceUnavailable) as err:
         sys.exit(f"[train] {err}")
     set_determinism(cfg.train.seed + world.rank, cfg.train.threads, device)  # rank 0: seed
     return world, device
@@ -107,13 +107,13 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def spent(world: D.World, device: torch.device) -> StageTime:
+def spent(world: distributed.World, device: torch.device) -> StageTime:
     """This run's wall time and the CPU time of all its ranks (a collective under torchrun:
     every rank calls it)."""
     own = elapsed()
     if world.size == 1:
         return own
-    (cpu,) = D.all_reduce_sum(world, [own.cpu_s], device)
+    (cpu,) = distributed.all_reduce_sum(world, [own.cpu_s], device)
     return StageTime(own.wall_s, cpu)
 
 
@@ -129,25 +129,25 @@ def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
     setup = build(cfg, device, world)
-    folder = D.checkpoint_folder_name(setup.contract)
+    folder = distributed.checkpoint_folder_name(setup.contract)
     if world.main:
         old = adopt_migrated_folder(Path(cfg.paths.checkpoints), folder, setup.contract)
         if old:
             print(f"[train] {cfg.paths.checkpoints}/{old} holds this run under an older "
                   f"training-contract format (its guard keys are no contract keys now): "
                   f"renamed to {folder}", file=sys.stderr)
-    D.barrier(world)
+    distributed.barrier(world)
     ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / folder, cfg.train.keep_last)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
                         world)
     try:
         resumed = trainer.resume()
-    except D.WorldMismatch as err:
+    except distributed.WorldMismatch as err:
         sys.exit(f"[train] {err}")
     if not world.main:
         trainer.run(lambda entry, tokens_per_s: None)
         spent(world, device)
-        return D.close_world(world)
+        return distributed.close_world(world)
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
     progress = Progress(trainer.state.step, cfg.train.max_steps)
@@ -189,7 +189,7 @@ def main() -> None:
     total = earlier + spent(world, device)
     total.write(clock)
     record_stage("train", total)
-    D.close_world(world)
+    distributed.close_world(world)
 
 
 if __name__ == "__main__":

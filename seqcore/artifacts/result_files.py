@@ -33,7 +33,7 @@ class ResultFiles:
 
     @functools.cached_property
     def tokenizer_contract(self) -> TokenizerContract:
-        return TokenizerContract.load(Path(self.cfg.paths.tokenizer) / "contract.json")
+        return TokenizerContract.load(self.cfg.paths.tokenizer_contract)
 
     @functools.cached_property
     def header(self) -> PredictionsHeader:

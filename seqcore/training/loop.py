@@ -35,7 +35,7 @@ from torch import nn
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog  # noqa: F401 (re-exported)
 from seqcore.config import TrainConfig
 from seqcore.signature import migrated_contract
-from seqcore.training import distributed as D
+from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
 from seqcore.training.feeds import Feed
@@ -80,7 +80,7 @@ class TrainLoop:
 
     def __init__(
         self, model: nn.Module, cfg: TrainConfig, feed: Feed, ckpt: CheckpointDir,
-        contract: dict[str, Any], d_model: int, world: D.World = D.World(),
+        contract: dict[str, Any], d_model: int, world: distributed.World = distributed.World(),
     ) -> None:
         self.model, self.cfg, self.feed, self.ckpt = model, cfg, feed, ckpt
         self.contract, self.d_model, self.world = contract, d_model, world
@@ -105,7 +105,7 @@ class TrainLoop:
         """
         s = self.state
         # Under multi-process training each rank's cursor and RNG states (a collective).
-        ranks = {"ranks": D.gather_objects(self.world, {
+        ranks = {"ranks": distributed.gather_objects(self.world, {
             "data": {**self.feed.state_dict(), "micro": 0}, "generator": self.gen.get_state(),
             "rng": rng_snapshot()})} if self.world.size > 1 else {}
         return {
@@ -138,11 +138,11 @@ class TrainLoop:
                       file=sys.stderr)
             if self.world.main:
                 self.ckpt.clear()
-            D.broadcast_module(self.world, self.model)
+            distributed.broadcast_module(self.world, self.model)
             return None
         p = found.payload
         check_world(stored_world(p), self.world.size, self.device.type, found.path)
-        check_contract(*({k: v for k, v in c.items() if k not in D.RUNTIME_KEYS}
+        check_contract(*({k: v for k, v in c.items() if k not in distributed.RUNTIME_KEYS}
                          for c in (migrated_contract(p["contract"]), self.contract)),
                        str(found.path))
         self.model.load_state_dict(p["model"])
@@ -155,7 +155,7 @@ class TrainLoop:
         st = p["state"]
         self.state = TrainState(st["step"], st["tokens"], st["skipped"], st["consecutive_skips"],
                                 st["best_dev"], st["best_step"], [StepLog(*r) for r in p["history"]])
-        D.barrier(self.world)
+        distributed.barrier(self.world)
         return found.path.name
 
     # -- one step ------------------------------------------------------------------------
@@ -168,7 +168,7 @@ class TrainLoop:
         tokens = sum(feed.tokens(b) for b in batches)
         count = sum(feed.count(b) for b in batches)
         if self.world.size > 1:  # the denominator of the global batch: summed over ranks
-            count, tokens = (int(x) for x in D.all_reduce_sum(
+            count, tokens = (int(x) for x in distributed.all_reduce_sum(
                 self.world, [count, tokens], self.device))
         denominator = 1 if feed.norm == "sum" else max(count, 1)
         lr = learning_rate(s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
@@ -184,8 +184,8 @@ class TrainLoop:
             self.scaler.scale(out.total / denominator).backward()
             loss_sum += float(out.total.detach())
         if self.world.size > 1:
-            D.all_reduce_gradients(self.world, list(self.model.parameters()))
-            loss_sum = D.all_reduce_sum(self.world, [loss_sum], self.device)[0]
+            distributed.all_reduce_gradients(self.world, list(self.model.parameters()))
+            loss_sum = distributed.all_reduce_sum(self.world, [loss_sum], self.device)[0]
         norm = self._unscale_clip()
         if math.isfinite(norm):
             self.scaler.step(self.opt)
@@ -251,7 +251,7 @@ class TrainLoop:
             return entry
         dev_nll = total / count
         if self.world.size > 1:  # every rank takes rank 0's value, so all decide alike
-            dev_nll = D.all_reduce_sum(self.world, [dev_nll if self.world.main else 0.0],
+            dev_nll = distributed.all_reduce_sum(self.world, [dev_nll if self.world.main else 0.0],
                                        self.device)[0]
         if dev_nll < s.best_dev:
             s.best_dev, s.best_step = dev_nll, s.step
@@ -271,12 +271,12 @@ def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) 
     """One-line refusals (WorldMismatch) of a checkpoint written by ``stored``'s world for a
     run of ``size`` processes on ``device_type``."""
     if stored["size"] != size:
-        raise D.WorldMismatch(
+        raise distributed.WorldMismatch(
             f"{path} was written by {stored['size']} process(es) and this run has {size}; "
             f"set train.nproc: {stored['size']} to resume it, or train.resume: fresh to "
             "start over")
     if stored["device_kind"] != device_type:
-        raise D.WorldMismatch(
+        raise distributed.WorldMismatch(
             f"{path} was trained on {stored['device_kind']} and this run is on {device_type} "
             f"(their float results differ); set train.device to {stored['device_kind']} to "
             "resume it, or train.resume: fresh to start over")
@@ -292,12 +292,13 @@ def adopt_migrated_folder(root: Path, name: str, contract: dict[str, Any]) -> st
     """
     if (root / name).exists() or not root.is_dir():
         return None
-    want = {k: v for k, v in contract.items() if k not in D.RUNTIME_KEYS}
+    want = {k: v for k, v in contract.items() if k not in distributed.RUNTIME_KEYS}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         found = CheckpointDir(folder, 1).latest_good()
         stored = found.payload.get("contract", {}) if found else {}
+        runtime = distributed.RUNTIME_KEYS
         if stored is not migrated_contract(stored) and want == {
-                k: v for k, v in migrated_contract(stored).items() if k not in D.RUNTIME_KEYS}:
+                k: v for k, v in migrated_contract(stored).items() if k not in runtime}:
             folder.rename(root / name)
             return folder.name
     return None

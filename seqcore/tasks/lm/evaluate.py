@@ -129,5 +129,5 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
                                       encoding="utf-8")
     pred_path = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     # The record ties the run to the tokenizer contract too (one pipeline graph).
-    tc = TokenizerContract.load(Path(cfg.paths.tokenizer) / "contract.json")
+    tc = TokenizerContract.load(cfg.paths.tokenizer_contract)
     return Evaluated(values, sig, PredictionsHeader.load(pred_path), pred_path, tc)
