@@ -573,10 +573,10 @@ def _check(cfg: Config) -> None:
         _fail("decode.n_best", dec.n_best, f"must be <= decode.beam_size ({dec.beam_size})")
     if dec.min_len >= dec.max_len:
         _fail("decode.min_len", dec.min_len, f"must be < decode.max_len ({dec.max_len})")
-    tf = cfg.model.transformer
-    if tf.d_model % tf.n_heads:
-        _fail("model.transformer.d_model", tf.d_model,
-              f"must be divisible by model.transformer.n_heads ({tf.n_heads})")
+    transformer = cfg.model.transformer
+    if transformer.d_model % transformer.n_heads:
+        _fail("model.transformer.d_model", transformer.d_model,
+              f"must be divisible by model.transformer.n_heads ({transformer.n_heads})")
     edges = cfg.evaluate.bucket_edges
     if edges != "auto" and list(edges) != sorted(set(edges)):
         _fail("evaluate.bucket_edges", list(cfg.evaluate.bucket_edges),

@@ -16,7 +16,7 @@ from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.losses import sequence_loss
 from seqcore.sequences import make_batch
-from seqcore.training.batch import mix_model_tokens
+from seqcore.training.scheduled_sampling import mix_model_tokens
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TooManySkippedSteps, TrainLoop, autocast_context

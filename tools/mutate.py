@@ -297,7 +297,7 @@ MUTANTS: list[Mutant] = [
            '"model.rnn.dropout": "[0, 1)",', '"model.rnn.dropout": "[0, inf)",',
            ("tests/test_known_answers.py", "-k", "range")),
     Mutant("unplanted: scheduled sampling feeds the unshifted predictions",
-           "seqcore/training/batch.py",
+           "seqcore/training/scheduled_sampling.py",
            "shifted = torch.cat([tf.inputs[:, :1], predictions[:, :-1]], dim=1)",
            "shifted = predictions",
            ("tests/test_known_answers.py", "-k", "scheduled_sampling")),

@@ -21,7 +21,7 @@ from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import Batch, make_batch, teacher_forced_passes
-from seqcore.training.batch import mix_model_tokens
+from seqcore.training.scheduled_sampling import mix_model_tokens
 from seqcore.training.distributed import World
 
 CPU = torch.device("cpu")
