@@ -9,7 +9,6 @@ import getpass
 import json
 import math
 import os
-import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,14 @@ from pipeline.dvc_lock import upstream_lock_digest
 from pipeline.git_state import git_state
 from pipeline.lineage import dataset_inputs
 from pipeline.registry import model_entry
+from pipeline.run_naming import changed_params, param_text, run_name, run_note
 from seqcore import __version__
 from seqcore.artifacts.manifests import PreparedManifest, manifest_path
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
-from seqcore.config import Config, config_from_dict, experiment_name, flatten
+from seqcore.config import Config, experiment_name, flatten
 from seqcore.environment import producing_environment
 from seqcore.hashing import digest, sha256_file
 from seqcore.signature import SIGNATURE_FORMAT, result_params
@@ -34,8 +34,11 @@ from seqcore.tasks import get_task
 
 
 MAX_PARAM_CHARS = 6000  # MLflow param value limit
+
+
 MAX_KEY_CHARS = 250  # MLflow param/metric/tag key limit
-RUN_NAME_CHARS = 40  # the run table shows about this much of a name
+
+
 #: MLflow step metric <- training log column. The UI groups a run's charts into sections by
 #: the prefix before "/" (sorted by name, the unprefixed final figures last): the loss and dev
 #: curves come first, then the optimiser's, then the time/ figures (pipeline/timing.py).
@@ -57,11 +60,6 @@ def tracking_uri(configured: str) -> str:
         root = Path(os.environ.get("DVC_ROOT") or Path.cwd())
         uri = prefix + str(root / uri[len(prefix):])
     return uri
-
-
-def param_text(value: Any) -> str:
-    """How a param value is written to MLflow (strings as is, the rest as JSON)."""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def param_items(params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -144,75 +142,6 @@ def run_texts(cfg: Config, pred_path: Path) -> dict[str, str]:
         sample = [line for _, line in zip(range(cfg.evaluate.prediction_sample), f)]
     texts[f"predictions/{pred_path.stem}.sample.jsonl"] = "".join(sample)
     return texts
-
-
-def baseline_params(rev: str) -> dict[str, Any]:
-    """The result params (seqcore.signature.result_params) of ``rev``'s params.yaml with
-    defaults filled in ({} if unreadable)."""
-    import yaml  # noqa: PLC0415
-
-    res = subprocess.run(["git", "show", f"{rev}:params.yaml"], capture_output=True, text=True,
-                         check=False)
-    if res.returncode != 0:  # no commit yet, or params.yaml not committed
-        return {}
-    try:
-        return result_params(config_from_dict(yaml.safe_load(res.stdout) or {}))
-    except (ValueError, TypeError, yaml.YAMLError):
-        return {}
-
-
-def changed_params(cfg: Config, base_rev: str) -> dict[str, tuple[Any, Any]]:
-    """key -> (baseline value, this run's value) for every param that differs from the
-    baseline commit ``base_rev`` (RunOrigin)."""
-    base = baseline_params(base_rev)
-    if not base:
-        return {}
-    return {k: (base.get(k), v) for k, v in result_params(cfg).items() if base.get(k) != v}
-
-
-def run_name(exp: str | None, changed: dict[str, tuple[Any, Any]], sig8: str) -> str:
-    """Short, leading with what tells the run apart: the DVC experiment name, then up to
-    three changed params (last key part only); ``baseline-<sig>`` when nothing changed."""
-    parts = [exp] if exp else []
-    parts += [f"{k.rsplit('.', 1)[-1]}={param_text(v)}" for k, (_, v) in
-              sorted(changed.items())[:3]]
-    name = " ".join(parts) or f"baseline-{sig8}"
-    return name if len(name) <= RUN_NAME_CHARS else name[: RUN_NAME_CHARS - 1] + "…"
-
-
-#: How much of report.md the run's description holds (MLflow keeps 8,000 characters of a tag).
-NOTE_REPORT_CHARS = 5000
-
-
-def report_lead(report: str) -> str:
-    """The story part of report.md for the run's description: everything before its full
-    headline table (the error rates with intervals, beside the baseline, the training), at
-    most NOTE_REPORT_CHARS; the whole report is the ``reports/report.md`` artifact."""
-    lead = report.split("\n## Headline", 1)[0].rstrip()
-    if len(lead) > NOTE_REPORT_CHARS:
-        lead = lead[:NOTE_REPORT_CHARS].rsplit("\n", 1)[0] + "\n\n(cut here)"
-    return lead + "\n\nThe whole report: artifact `reports/report.md`." if lead else ""
-
-
-def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, Any]],
-             report: str = "") -> str:
-    """The run's description (``mlflow.note.content``, Markdown): headline metrics, the
-    params that differ from the baseline, then the lead of the report (issue 29: the run
-    page tells the result's story without opening an artifact)."""
-    split = metrics.get("split", "test")
-    heads = [(label, metrics[k]) for label, k in (
-        ("WER", "word_error_rate"), ("PER", "token_error_rate"),
-        (f"{split} perplexity", f"{split}_perplexity"), ("exact match", "exact_match"))
-        if isinstance(metrics.get(k), (int, float))]
-    lines = [f"**{name}**", "", " · ".join(f"{label} {v:.4f}" for label, v in heads), ""]
-    if changed:
-        lines += ["Params changed from the baseline:", ""] + [
-            f"- `{k}`: {param_text(a)} → {param_text(b)}"
-            for k, (a, b) in sorted(changed.items())]
-    else:
-        lines.append("Baseline params (no change from the commit).")
-    lead = report_lead(report)
-    return "\n".join(lines + (["", "---", "", lead] if lead else []))
 
 
 #: The run's artifact of counts and denominators (``split_counts``).

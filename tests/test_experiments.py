@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from pipeline.progress import in_chunks
-from pipeline.record import run_name, split_counts
+from pipeline.record import split_counts
+from pipeline.run_naming import run_name
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import config_from_dict, flatten
 from seqcore.g2p import is_illegal_phoneme

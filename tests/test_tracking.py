@@ -121,7 +121,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
 
 
 def test_the_run_description_holds_the_report_lead_and_points_to_the_whole_report() -> None:
-    from pipeline.record import NOTE_REPORT_CHARS, report_lead, run_note  # noqa: PLC0415
+    from pipeline.run_naming import NOTE_REPORT_CHARS, report_lead, run_note  # noqa: PLC0415
 
     report = "# Evaluation report\n\n| WER | 0.27 |\n\n## Beside the baseline\n\nx\n\n## Headline\n\nrest"
     lead = report_lead(report)
