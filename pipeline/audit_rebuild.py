@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline.dvc_lock import md5_file
 from pipeline.dvc_files import read_yaml12
+from pipeline.git_state import source_files
 from seqcore import audit as A
 from seqcore.config import Config
 
@@ -29,11 +30,8 @@ def _tool(name: str) -> str:
 
 def copy_sources(dest: Path, cfg: Config) -> None:
     """Tracked and untracked-not-ignored files, the raw input and the external folder."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], capture_output=True, check=True).stdout
     extra = [Path(cfg.paths.raw), Path(cfg.paths.external)]
-    names = [Path(n) for n in listed.decode().split("\0") if n] + [
-        p for p in extra if p.exists()]
+    names = [Path(n) for n in source_files()] + [p for p in extra if p.exists()]
     for name in names:
         if name.is_dir():
             shutil.copytree(name, dest / name, dirs_exist_ok=True, symlinks=True)

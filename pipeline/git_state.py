@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from pipeline.dvc_files import pipeline_outputs
 from seqcore.config import Config
@@ -39,3 +40,13 @@ def head_commit() -> str:
     res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                          check=False)
     return res.stdout.strip() or "none"
+
+
+def source_files(root: Path = Path()) -> list[str]:
+    """The repository's files as a clone would hold them plus the work not yet committed: the
+    tracked files and the untracked ones git does not ignore (relative paths; a path whose
+    file is gone is left out). The audit's rebuild and the tests copy a repository by it."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=root, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    return [name for name in listed if name and (root / name).is_file()]

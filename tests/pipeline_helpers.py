@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from pipeline.git_state import source_files
 from pipeline.record import param_items
 from pipeline.tracking import MAX_PARAMS_PER_BATCH
 from seqcore.artifacts.run_record import RunRecord
@@ -83,11 +84,9 @@ def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
     """Copy the git-tracked (and untracked, not ignored) files into ``dest`` as a fresh git
     repo, with params.yaml overlaid by ``overrides``, and an empty MLflow store at the
     default ``mlflow.db`` (git ignores it; the first run logs into it as into a new one)."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
-    for name in filter(None, (f.decode() for f in files)):
+    for name in source_files(REPO):
         src = REPO / name
-        if src.is_file() and not name.startswith(("tests/", "benchmarks/")):
+        if not name.startswith(("tests/", "benchmarks/")):
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
     params = yaml.safe_load((dest / "params.yaml").read_text())

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline.git_state import source_files  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -316,14 +319,8 @@ MUTANTS: list[Mutant] = [
 ]
 
 
-def tracked_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
-    return [f.decode() for f in out if f and (REPO / f.decode()).is_file()]
-
-
 def copy_tree(dest: Path) -> None:
-    for name in tracked_files():
+    for name in source_files(REPO):
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, dest / name)
 
