@@ -236,6 +236,32 @@ def stamp_versions(uri: str, report: A.AuditReport) -> str:
     return ", ".join(f"{v.name} version {v.version}" for v in versions)
 
 
+#: The code that computes a result (and that the audit runs): compared file by file between
+#: the auditing checkout and the audited one.
+CODE_FOLDERS = ("pipeline", "seqcore")
+
+
+def code_files(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every module under CODE_FOLDERS of ``root``."""
+    return {p.relative_to(root).as_posix(): sha256_file(p)
+            for folder in CODE_FOLDERS for p in sorted((root / folder).rglob("*.py"))}
+
+
+def code_line(auditor: Path, result: Path) -> str:
+    """One line saying which code audits which result: the auditing checkout and its commit,
+    and whether the result's code is the same (issue 33: audit with code you trust, e.g. your
+    own checkout with ``--root`` on a colleague's result)."""
+    mine, theirs = code_files(auditor), code_files(result)
+    differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    commit = head_commit(auditor)
+    where = "this checkout" if auditor.resolve() == result.resolve() else str(result)
+    same = ("the same code" if not differ else
+            f"its code differs in {len(differ)} file(s): {', '.join(differ[:3])}"
+            + (", ..." if len(differ) > 3 else ""))
+    return f"[audit] code at {auditor} (commit {commit[:12]}) audits the result in {where}: " \
+           f"{same}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
@@ -256,6 +282,7 @@ def main() -> None:
         parser.exit(2, f"audit: {err}\n")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     start = time.perf_counter()
+    print(code_line(Path(__file__).resolve().parents[1], Path(args.root)), file=sys.stderr)
     with contextlib.chdir(args.root):
         report = audit(args.params, args.run_id, not args.no_mlflow, args.strict_env,
                        args.rebuild, only)

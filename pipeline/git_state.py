@@ -35,10 +35,11 @@ def git_state(cfg: Config) -> dict[str, str]:
     return {"git.commit": head_commit(), "git.dirty": str(bool(dirty))}
 
 
-def head_commit() -> str:
-    """The checked-out commit ("none" outside a repository or before the first commit)."""
-    res = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                         check=False)
+def head_commit(root: Path | None = None) -> str:
+    """The commit checked out in ``root`` (default: the working directory); "none" outside a
+    repository or before the first commit."""
+    res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                         text=True, check=False)
     return res.stdout.strip() or "none"
 
 

@@ -22,6 +22,7 @@ import mlflow
 import pytest
 import torch
 
+from pipeline.audit import code_line
 from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
 from pipeline.audit_rederive import training_diffs
 from pipeline.dvc_files import read_yaml12
@@ -438,3 +439,21 @@ def test_who_made_the_run_is_not_compared_with_who_audits_it_but_must_be_there()
     del logged["mlflow.user"]
     assert tag_diffs(record, logged, sha(LOCK.encode())) == [
         "tag mlflow.user: pipeline record has 'alice', mlflow run has nothing"]
+
+
+def test_the_audit_names_the_code_that_audits_and_whether_the_results_code_differs(
+        tmp_path: Path) -> None:
+    # issue 33: audit a colleague's result with your own checkout (--root) and be told so
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for root in (mine, theirs):
+        (root / "seqcore").mkdir(parents=True)
+        (root / "pipeline").mkdir()
+        (root / "seqcore" / "a.py").write_text("x = 1\n")
+        (root / "pipeline" / "b.py").write_text("y = 2\n")
+    assert code_line(mine, mine).endswith("audits the result in this checkout: the same code")
+    assert code_line(mine, theirs).endswith(f"the result in {theirs}: the same code")
+    (theirs / "seqcore" / "a.py").write_text("x = 2\n")
+    (theirs / "pipeline" / "c.py").write_text("")
+    line = code_line(mine, theirs)
+    assert line.endswith("its code differs in 2 file(s): pipeline/c.py, seqcore/a.py"), line
+    assert f"code at {mine} (commit none)" in line  # not a git checkout
