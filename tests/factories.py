@@ -103,9 +103,10 @@ CASES = [
 ]
 
 
-def make_rows() -> list[PredictionRow]:
+def make_rows(cases: list[tuple] = CASES) -> list[PredictionRow]:
+    """Prediction rows of ``cases`` (id, group, reference, hypothesis, eos, pieces-override)."""
     rows = []
-    for id_, group, ref, hyp, eos, pieces in CASES:
+    for id_, group, ref, hyp, eos, pieces in cases:
         toks = hyp.split()
         rows.append(PredictionRow(id_, group, f"src{id_}", ref, hyp, list(range(len(toks))),
                                   pieces or toks, -1.0, -1.0, len(toks), eos, []))

@@ -21,13 +21,12 @@ import torch
 from seqcore.audit import (
     MISMATCH, NOT_RUN, OK, WARNING, AuditReport, lock_param_diffs, lookup, number_diffs,
     same_value_diffs, stage_out_diffs, tokenizer_file_diffs)
-from seqcore.artifacts.predictions import PredictionRow
 from seqcore.contract import IGNORE_INDEX, attention_mask, masked_softmax, shift_targets
 from seqcore.losses import sequence_loss
 from seqcore.metrics.edit import aligned_matches, levenshtein
 from seqcore.metrics.failures import FailureRules, failure_modes, has_loop, ngrams
 from seqcore.training.schedule import learning_rate
-from tests.factories import CONTRACT, IDS
+from tests.factories import CONTRACT, IDS, make_rows
 
 
 # -- edit distance ------------------------------------------------------------------------
@@ -121,14 +120,10 @@ def test_a_row_without_labels_counts_in_no_sequence_mean() -> None:
 
 # -- failure modes ------------------------------------------------------------------------
 
-def row(hyp: str, ref: str) -> PredictionRow:
-    return PredictionRow("1", "1", "src", ref, hyp, [], hyp.split(), 0.0, 0.0,
-                         len(hyp.split()), True, [])
-
-
 def test_length_ratios_count_strictly_below_half_and_strictly_above_one_and_a_half() -> None:
     rules = FailureRules(repeat_ngram=2, repeat_times=3, examples=1)
-    rows = [row("a", "a b"), row("a b c", "a b"), row("a b", "a b"), row("a", "a b c")]
+    rows = make_rows([(str(i), str(i), ref, hyp, True, None) for i, (ref, hyp) in enumerate(
+        [("a b", "a"), ("a b", "a b c"), ("a b", "a b"), ("a b c", "a")])])
     got = failure_modes(rows, rules, None)["length_ratio"]  # ratios 0.5, 1.5, 1, 1/3
     assert got["below_0.5"] == 0.25 and got["above_1.5"] == 0.0
     assert got["median"] == 0.75
