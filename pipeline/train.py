@@ -12,6 +12,7 @@ outputs.
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.training import distributed
-from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.checkpoint import CheckpointDir, ledger_files, step_of
 from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world, stored_world
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
@@ -125,6 +126,26 @@ def resume_hint(ckpt: CheckpointDir) -> str:
     return f"`dvc repro` resumes from {saved[-1]}"
 
 
+def write_ledger(ckpt: CheckpointDir, out: Path, cfg: Config, last: int) -> list[int]:
+    """Copy the ledger states of this run to ``out`` (the stage's ``paths.ledger``): the one
+    before the first step, every ``train.ledger_every`` steps and the last, with their sha256
+    sidecars, plus ``best.pt`` under ``select: best_dev``. Returns the steps it lacks (a
+    folder trained before the ledger, or under another ``ledger_every``): the replay of the
+    segment around them spans more steps."""
+    every = cfg.train.ledger_every
+    want = sorted({0, last, *(range(every, last, every) if every else ())})
+    have = {step_of(p): p for p in ledger_files(ckpt.ledger)}
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    extra = [ckpt.root / "best.pt"] if cfg.train.select == "best_dev" and \
+        (ckpt.root / "best.pt").exists() else []
+    for path in [have[s] for s in want if s in have] + extra:
+        for name in (path.name, path.name + ".sha256"):
+            shutil.copyfile(path.with_name(name), out / name)
+    return [s for s in want if s not in have]
+
+
 def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
@@ -180,6 +201,12 @@ def main() -> None:
     meta = ModelMeta(setup.signature, state.step, cfg.train.select, selected_step,
                      state.best_step, finite(state.best_dev), setup.contract)
     sha = setup.save(Path(cfg.paths.model), meta)
+    missing = write_ledger(ckpt, Path(cfg.paths.ledger), cfg, state.step)
+    if missing:
+        print(f"warning: the ledger lacks the states of step(s) {', '.join(map(str, missing))} "
+              f"({ckpt.ledger} was written before them, or under another train.ledger_every): "
+              "the audit replays longer segments around them; train.resume: fresh rebuilds "
+              "it", file=sys.stderr)
     TrainMetrics(state.step, state.tokens, state.skipped, state.best_step, state.best_dev,
                  state.history[-1].loss if state.history else None, selected_step,
                  setup.report()).save(cfg.paths.train_metrics)

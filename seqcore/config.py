@@ -50,6 +50,9 @@ class PathsConfig:
     length_rejects: str = "reports/length_rejects.tsv"
     coverage: str = "reports/coverage.json"  # UNK rates and length drops per side and split
     checkpoints: str = "checkpoints"
+    # The training's ledger: its state before the first step, every train.ledger_every steps
+    # and at the last (issue 33: the audit replays segments between them bit for bit).
+    ledger: str = "models/ledger"
     model: str = "models/model.pt"
     train_log: str = "reports/train_log.csv"
     train_metrics: str = "reports/train_metrics.json"
@@ -210,6 +213,9 @@ class TrainConfig:
     max_consecutive_skips: int = 20
     eval_every: int = 500
     checkpoint_every: int = 500
+    # The ledger (issue 33): the full training state every N steps, kept whole and tracked by
+    # DVC, so the audit can replay segments of the training; 0 keeps the first and last only.
+    ledger_every: int = 250
     keep_last: int = 3
     select: Literal["best_dev", "last"] = "last"
     log_every: int = 50

@@ -58,6 +58,7 @@ RANGES: dict[str, str] = {
     "train.max_consecutive_skips": "[1, inf)",
     "train.eval_every": "[1, inf)",
     "train.checkpoint_every": "[1, inf)",
+    "train.ledger_every": "[0, inf)",
     "train.keep_last": "[1, inf)",
     "train.log_every": "[1, inf)",
     "train.threads": "[1, inf)",

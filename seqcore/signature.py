@@ -173,7 +173,7 @@ def inherited_diff(stored: str, base: str) -> list[str]:
 
 
 #: Train-section keys that do not change what is learned (logging and bookkeeping only).
-NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every",
+NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every", "ledger_every",
                 "device"}  # the device *kind* is in the contract (runtime_contract)
 
 
@@ -193,7 +193,7 @@ GUARD_KEYS = frozenset({
 #: compares with params.yaml): the guards, and training's logging and checkpoint keeping
 #: (proven: tests/test_params_live.py NOT_RESULTS, tests/test_resume*.py).
 NO_RESULT_KEYS = GUARD_KEYS | {f"train.{k}" for k in ("log_every", "keep_last", "resume",
-                                                      "checkpoint_every")}
+                                                      "checkpoint_every", "ledger_every")}
 #: Keys that were in the training contract of signature format 1 and are not any more: a
 #: checkpoint written then resumes under the new contract without them (migrated_contract).
 RETIRED_KEYS = frozenset({"data.sha256", "data.min_split_rows", "tokenizer.max_unk_rate",

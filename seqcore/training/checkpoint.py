@@ -24,6 +24,23 @@ from seqcore.errors import OneLineError
 SCHEMA_VERSION = 2  # 2: data cursor under "data" (feeds: bucket sampler or lm streams)
 _NAME = re.compile(r"^ckpt-(\d{8})\.pt$")
 _PARTIAL = re.compile(r"^\..+\.tmp-\d+$")  # atomic_write's temporary name
+LEDGER = "ledger"  # the checkpoint folder's subfolder of ledger states
+
+
+def ledger_files(folder: Path) -> list[Path]:
+    """The numbered checkpoints of a ledger folder, oldest first (none if it is absent)."""
+    if not Path(folder).is_dir():
+        return []
+    return sorted((p for p in Path(folder).iterdir() if _NAME.match(p.name)),
+                  key=lambda p: p.name)
+
+
+def step_of(path: Path) -> int:
+    """The step of a numbered checkpoint file's name."""
+    match = _NAME.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path}: not a numbered checkpoint (ckpt-XXXXXXXX.pt)")
+    return int(match.group(1))
 
 
 class ContractMismatch(OneLineError, RuntimeError):
@@ -65,10 +82,14 @@ class Found:
 
 
 class CheckpointDir:
-    """Numbered ``ckpt-XXXXXXXX.pt`` files plus ``best.pt``; keeps the last K."""
+    """Numbered ``ckpt-XXXXXXXX.pt`` files plus ``best.pt``; keeps the last K, and every
+    state of the ledger (issue 33) in ``ledger/``, never pruned: the state before the first
+    step and at every ``train.ledger_every`` steps and the last step, which the train stage
+    copies to its ``paths.ledger`` output and the audit replays segment by segment."""
 
     def __init__(self, root: Path, keep_last: int) -> None:
         self.root, self.keep_last = Path(root), keep_last
+        self.ledger = self.root / LEDGER
 
     def numbered(self) -> list[Path]:
         """Checkpoint files, oldest first."""
@@ -85,19 +106,25 @@ class CheckpointDir:
             old.with_name(old.name + ".sha256").unlink(missing_ok=True)
         return path
 
+    def save_ledger(self, step: int, payload: dict[str, Any]) -> Path:
+        path = self.ledger / f"ckpt-{step:08d}.pt"
+        save_blob(path, payload)
+        return path
+
     def remove_partial(self) -> list[str]:
         """Delete temporary files a killed write left behind (``.NAME.tmp-PID``); returns
         their names. Only one training process uses a folder at a time (DVC's stage lock)."""
         if not self.root.exists():
             return []
-        partial = sorted(p for p in self.root.iterdir() if _PARTIAL.match(p.name))
+        partial = sorted(p for folder in (self.root, self.ledger) if folder.is_dir()
+                         for p in folder.iterdir() if _PARTIAL.match(p.name))
         for path in partial:
             path.unlink()
         return [p.name for p in partial]
 
     def clear(self) -> None:
         """Remove every checkpoint of this folder (a fresh start must not see stale ones)."""
-        for path in [*self.numbered(), self.root / "best.pt"]:
+        for path in [*self.numbered(), self.root / "best.pt", *ledger_files(self.ledger)]:
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".sha256").unlink(missing_ok=True)
 

@@ -139,6 +139,9 @@ class TrainLoop:
             if self.world.main:
                 self.ckpt.clear()
             distributed.broadcast_module(self.world, self.model)
+            payload = self.payload()  # the ledger's first state: before any step (a barrier)
+            if self.world.main:
+                self.ckpt.save_ledger(0, payload)
             return None
         p = found.payload
         check_world(stored_world(p), self.world.size, self.device.type, found.path)
@@ -232,14 +235,26 @@ class TrainLoop:
             log(entry, tokens_per_s)
             bar.update(1)
             bar.set_postfix(loss=f"{entry.loss:.3f}", tok_s=f"{tokens_per_s:.0f}")
-            if self.state.step % self.cfg.checkpoint_every == 0 or \
-                    self.state.step == self.cfg.max_steps:
-                payload = self.payload()  # gathers every rank's state: a barrier
-                if self.world.main:
-                    self.ckpt.save(self.state.step, payload)
+            self._save(self.state.step)
             self.on_step(self.state.step)
         bar.close()
         return self.state
+
+    def _save(self, step: int) -> None:
+        """The checkpoint of every ``checkpoint_every`` steps and the ledger state of every
+        ``ledger_every`` steps (0: none between the first and the last), and both at the last."""
+        last = step == self.cfg.max_steps
+        every = self.cfg.ledger_every
+        numbered = step % self.cfg.checkpoint_every == 0 or last
+        ledger = last or (every > 0 and step % every == 0)
+        if not (numbered or ledger):
+            return
+        payload = self.payload()  # gathers every rank's state: a barrier
+        if self.world.main:
+            if numbered:
+                self.ckpt.save(step, payload)
+            if ledger:
+                self.ckpt.save_ledger(step, payload)
 
     def _maybe_evaluate(self, entry: StepLog) -> StepLog:
         """The entry with its dev NLL on an evaluation step (and a new best checkpoint)."""
