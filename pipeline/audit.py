@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline import audit_rederive
+from pipeline import audit_rederive, audit_replay, audit_run
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_files import read_yaml12
@@ -35,15 +35,19 @@ from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, as_dict, load_config
 from seqcore.credentials import redact_text
+from seqcore.determinism import device_kind
 from seqcore.environment import environment_diffs as environment_differences
 from seqcore.environment import producing_environment
 from seqcore.hashing import sha256_file
 from seqcore.tasks import get_task
+from seqcore.training.checkpoint import ledger_files
 
 #: Every check of the default audit, in the order it runs (``--only`` picks from these).
 CHECKS = ("dvc.lock hashes and params", "dvc status", "contract", "counts",
           *(f"{stage} redone" for stage in audit_rederive.REDERIVED), "training record",
-          "mlflow run", "environment", "package versions")
+          "training replay", "mlflow run", "environment", "package versions")
+#: Segments of the training the default audit replays (``--replay K``; 0: none).
+REPLAY_SEGMENTS = 3
 
 
 def parse_only(value: str) -> tuple[str, ...]:
@@ -122,9 +126,14 @@ def environment_diffs(run: Any) -> list[str]:
 
 
 def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> None:
-    """The training record against the checkpoints, or (in a clone that pulled the result,
-    where the checkpoints never travel) against the model file, with a warning."""
+    """The training record against the ledger's last state (it travels with the result), or
+    the checkpoints, or (a result trained before the ledger, in a clone where the checkpoints
+    never travel) against the model file, with a warning."""
     if not report.wants("training record"):
+        return
+    if ledger_files(Path(cfg.paths.ledger)):
+        _run(report, "training record", lambda: audit_rederive.training_diffs(
+            cfg, files.meta, Path(cfg.paths.ledger)))
         return
     try:
         folder = audit_rederive.checkpoint_folder(cfg)
@@ -132,7 +141,8 @@ def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> N
         report.not_run("training record", f"could not run: {type(err).__name__}: {err}")
         return
     if folder.is_dir():
-        _run(report, "training record", lambda: audit_rederive.training_diffs(cfg, files.meta))
+        _run(report, "training record", lambda: audit_rederive.training_diffs(cfg, files.meta,
+                                                                              folder))
         return
     _run(report, "training record", lambda: audit_rederive.training_meta_diffs(cfg, files.meta))
     report.warn("checkpoints", [f"{folder} is not here (working state of the machine that "
@@ -140,10 +150,44 @@ def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> N
                                 "against the model file only"])
 
 
+def replay_check(report: A.AuditReport, cfg: Config, params: str, segments: int,
+                 seed: int | None, run: Any) -> None:
+    """Replay the state before the first step and ``segments`` segments of the training from
+    its ledger (pipeline/audit_replay.py), on the CPU kernels the run records. A training of
+    several processes or on a device this host lacks cannot be replayed here: a warning."""
+    name = "training replay"
+    if not report.wants(name) or segments <= 0:
+        return
+    world = cfg.train.nproc, device_kind(cfg.train.device)
+    if world != (1, "cpu") and not (world[1] == "cuda" and _has_cuda()):
+        report.warn(name, [f"a training of {world[0]} process(es) on {world[1]} is not "
+                           "replayed by this audit (it replays one process, on CPU or one "
+                           "GPU): --rebuild re-runs it whole"])
+        return
+    try:
+        plan, found = audit_replay.plan(Path(cfg.paths.ledger), segments, seed)
+    except Exception as err:  # noqa: BLE001 (as in _run)
+        report.not_run(name, f"could not run: {type(err).__name__}: {err}")
+        return
+    line = plan.line(found)
+    report.notes[name] = [line]
+    print(f"[audit] {name}: {line}", file=sys.stderr, flush=True)
+    tags = run.data.tags if run is not None else {}
+    _run(report, name, lambda: audit_replay.run_replay(
+        params, Path(cfg.paths.ledger), plan.chosen, tags.get("env.cpu_capability")))
+
+
+def _has_cuda() -> bool:
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.is_available()
+
+
 def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
     """The MLflow run to compare, or why it cannot be read (the store's password masked)."""
     try:
-        return find_run(cfg, run_id), None
+        lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else None
+        return find_run(cfg, run_id, lock), None
     except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
         uri = tracking_uri(cfg.mlflow.tracking_uri)
         return None, redact_text(f"cannot read the MLflow run: {type(err).__name__}: {err}",
@@ -152,7 +196,8 @@ def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
 
 def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bool = True,
           strict_env: bool = False, rebuild: bool = False,
-          only: tuple[str, ...] = ()) -> A.AuditReport:
+          only: tuple[str, ...] = (), replay: int = REPLAY_SEGMENTS,
+          replay_seed: int | None = None) -> A.AuditReport:
     """Run every check (or those named in ``only``, from CHECKS) in the current directory (a
     repository with a pipeline result)."""
     cfg = load_config(params)
@@ -176,8 +221,10 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
              lambda stage=stage: audit_rederive.rederive_diffs(cfg, lock, stage, done))
     _training_check(report, cfg, files)
     run, reason = None, None
-    if use_mlflow and (report.wants("mlflow run") or report.wants("environment")):
+    if use_mlflow and any(report.wants(n) for n in ("mlflow run", "environment",
+                                                      "training replay")):
         run, reason = read_run(cfg, run_id)
+    replay_check(report, cfg, params, replay, replay_seed, run)
     if use_mlflow and report.wants("mlflow run"):
         if reason:
             report.not_run("mlflow run", reason)
@@ -265,13 +312,23 @@ def code_line(auditor: Path, result: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--run-id", default=None, help="MLflow run (default: the latest)")
+    parser.add_argument("--run-id", default=None, help="MLflow run to compare with the result "
+                        "here (default: the latest logged for this result)")
+    parser.add_argument("--run", default=None, metavar="RUN_ID",
+                        help="audit the result this MLflow run claims: its commit checked out "
+                             "in a temporary worktree, its outputs from the DVC cache or "
+                             "remote; the verdict is written to the run as audit.* tags")
     parser.add_argument("--no-mlflow", action="store_true", help="skip the MLflow check")
     parser.add_argument("--strict-env", action="store_true",
                         help="a different producing environment fails the audit")
     parser.add_argument("--rebuild", action="store_true",
                         help="also re-run the whole pipeline in a temporary copy")
     parser.add_argument("--root", default=".", help="repository with the result")
+    parser.add_argument("--replay", type=int, default=REPLAY_SEGMENTS, metavar="K",
+                        help="segments of the training to replay from its ledger, the last "
+                             f"always among them (default {REPLAY_SEGMENTS}; 0: none)")
+    parser.add_argument("--replay-seed", type=int, default=None, metavar="SEED",
+                        help="which segments (default: a fresh seed, printed)")
     parser.add_argument("--only", default=None, metavar="CHECKS",
                         help="run only these checks (comma-separated names, as the report "
                              f"prints them: {', '.join(CHECKS)})")
@@ -282,10 +339,17 @@ def main() -> None:
         parser.exit(2, f"audit: {err}\n")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     start = time.perf_counter()
+    if args.run:
+        try:
+            report = audit_run.audit_run_id(args, only)
+        except audit_run.RunNotAuditable as err:
+            parser.exit(2, f"audit: {err}\n")
+        print(f"audit took {time.perf_counter() - start:.1f} s")
+        sys.exit(0 if report.ok else 1)
     print(code_line(Path(__file__).resolve().parents[1], Path(args.root)), file=sys.stderr)
     with contextlib.chdir(args.root):
         report = audit(args.params, args.run_id, not args.no_mlflow, args.strict_env,
-                       args.rebuild, only)
+                       args.rebuild, only, args.replay, args.replay_seed)
         print(report.render())
         if report.run_id and report.status.get("mlflow run") in (A.OK, A.MISMATCH):
             try:

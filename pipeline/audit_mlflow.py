@@ -30,6 +30,9 @@ from seqcore.signature import result_params
 #: What `python -m pipeline.compare --log` attaches to a run afterwards (pipeline/compare.py
 #: LOG_FOLDER, LOG_TAG): a comparison with another result, not part of the pipeline's record.
 COMPARE_FOLDER, COMPARE_TAG = "compare/", "compare."
+#: What `python -m pipeline.audit --run` writes on the run afterwards (pipeline/audit_run.py):
+#: the verdict of an audit of the run, not part of its record.
+AUDIT_TAG = "audit."
 
 
 #: Tags that describe when, where and by whom the run was made, not the result: present is
@@ -38,18 +41,29 @@ COMPARE_FOLDER, COMPARE_TAG = "compare/", "compare."
 FREE_TAGS = ("dvc.exp.name", "mlflow.user")
 
 
-def find_run(cfg: Config, run_id: str | None) -> Any:
-    """The MLflow run by id, or the latest run of the configured experiment."""
+#: The tag by which a run names the result it was logged for (pipeline/record.py): the
+#: digest of the dvc.lock stages the evaluate stage saw (pipeline/dvc_lock.py).
+RESULT_TAG = "dvc.lock.upstream.sha256"
+
+
+def find_run(cfg: Config, run_id: str | None, lock: dict[str, Any] | None = None) -> Any:
+    """The MLflow run by id; else the latest run of the configured experiment that was
+    logged for the result whose dvc.lock is ``lock`` (its RESULT_TAG: issue 33, the result
+    names its run, not "the latest"); without a lock, the latest run."""
     import mlflow  # noqa: PLC0415 (slow import)
 
     client = mlflow.MlflowClient(tracking_uri=tracking_uri(cfg.mlflow.tracking_uri))
     if run_id:
         return client.get_run(run_id)
     exp = client.get_experiment_by_name(experiment_name(cfg))
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"],
-                              max_results=1) if exp else []
+    claims = f"tags.`{RESULT_TAG}` = '{upstream_lock_digest(lock)}'" if lock else ""
+    runs = client.search_runs([exp.experiment_id], filter_string=claims,
+                              order_by=["attributes.start_time DESC"], max_results=1) \
+        if exp else []
     if not runs:
-        raise LookupError(f"no run in experiment {experiment_name(cfg)!r}")
+        raise LookupError(f"no run in experiment {experiment_name(cfg)!r}" + (
+            f" was logged for this result ({RESULT_TAG} {upstream_lock_digest(lock)[:12]}): "
+            "run `dvc repro` (evaluate logs it), or name one with --run-id" if lock else ""))
     return runs[0]
 
 
@@ -72,8 +86,8 @@ def tag_diffs(record: RunRecord, tags: dict[str, str], lock_sha: str | None) -> 
     diffs = []
     for key in sorted(set(want) | {k for k in tags if not k.startswith(("mlflow.", "env."))}):
         have, expected = tags.get(key), want.get(key)
-        if key.startswith(COMPARE_TAG):
-            continue  # a comparison attached later (`pipeline.compare --log`)
+        if key.startswith((COMPARE_TAG, AUDIT_TAG)):
+            continue  # a comparison or an audit's verdict attached later
         if key not in want and key not in FREE_TAGS:
             diffs.append(f"tag {key}: {RUN} has {have!r}, the pipeline writes no such tag")
         elif have is None and key in want:

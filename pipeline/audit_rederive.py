@@ -97,17 +97,18 @@ def training_meta_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     return diffs
 
 
-def training_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
-    """train_log.csv, train_metrics.json and the model file against the final checkpoint.
+def training_diffs(cfg: Config, meta: ModelMeta, folder: Path) -> list[str]:
+    """train_log.csv, train_metrics.json and the model file against the final checkpoint of
+    ``folder`` (the ledger, or the checkpoint folder).
 
     The final checkpoint (always written at ``max_steps``) carries the log history, the
     counters and the best dev NLL; the model file must hold the selected checkpoint's weights.
     """
     tm_path, log_path = Path(cfg.paths.train_metrics), Path(cfg.paths.train_log)
     tm = TrainMetrics.load(tm_path)
-    ckpt = CheckpointDir(checkpoint_folder(cfg), cfg.train.keep_last)
+    ckpt = CheckpointDir(folder, cfg.train.keep_last)
     if not ckpt.numbered():
-        raise FileNotFoundError(f"no checkpoint in {ckpt.root} ({cfg.paths.results} checkpoints)")
+        raise FileNotFoundError(f"no checkpoint in {ckpt.root}")
     last_path = ckpt.numbered()[-1]
     last = load_blob(last_path)
     st, history = last["state"], last["history"]

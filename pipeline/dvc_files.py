@@ -19,6 +19,11 @@ def read_yaml12(path: Path) -> Any:
     return copy.deepcopy(_parse_yaml12(path.read_text(encoding="utf-8")))
 
 
+def parse_yaml12(text: str) -> Any:
+    """``read_yaml12`` of a text (e.g. a dvc.lock read from a git commit)."""
+    return copy.deepcopy(_parse_yaml12(text))
+
+
 @functools.lru_cache(maxsize=8)
 def _parse_yaml12(text: str) -> Any:
     """The parse, once per text: the audit reads one dvc.lock (40 kB, 0.3 s) four times."""

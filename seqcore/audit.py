@@ -38,6 +38,8 @@ class AuditReport:
     only: tuple[str, ...] = ()
     #: the MLflow run the audit compared (None when no run was read)
     run_id: str | None = None
+    #: what a check did, shown under its line whatever its status (e.g. the replay's seed)
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, name: str, diffs: list[str]) -> None:
         """A check that ran: ok when ``diffs`` is empty, else MISMATCH."""
@@ -72,6 +74,7 @@ class AuditReport:
         for name, diffs in self.checks.items():
             took = f" ({self.seconds[name]:.1f} s)" if name in self.seconds else ""
             lines.append(f"{self.status[name]:8s} {name}{took}")
+            lines += ["         " + n for n in self.notes.get(name, [])]
             lines += ["         - " + d.replace("\n", "\n           ") for d in diffs]
         lines.append("audit: " + self.verdict())
         return "\n".join(lines)

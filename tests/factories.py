@@ -7,17 +7,21 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.artifacts.tokenizer_contract import SideContract, TextNormalization, TokenizerContract
-from seqcore.config import ModelConfig, RNNConfig, TransformerConfig
+from seqcore.config import ModelConfig, RNNConfig, SequenceConfig, TrainConfig, TransformerConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.documents import CharVocab, Document, split_documents
 from seqcore.data.examples import Example
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.models.rnn_lm import RNNLM, RNNLMShape
+from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.feeds import Seq2SeqFeed
+from seqcore.training.loop import TrainLoop
 
 #: The repository root (the tests run against this checkout).
 REPO = Path(__file__).resolve().parents[1]
@@ -146,3 +150,33 @@ def model_file_perplexities(path: Path, docs: list[Document], dev: float, test: 
             nll = sum(document_nll(model, d, window) for d in encoded)
             out[f"{name}_ppl_{key}"] = math.exp(nll / tokens)
     return out
+
+
+#: train.seed of ``s2s_loop``: the bucket sampler's shuffle.
+S2S_SEED = 5
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL: raised from ``on_step`` after the step's checkpoint."""
+
+
+def s2s_loop(work: Path, max_steps: int, **train: object) -> TrainLoop:
+    """A fresh tiny encoder-decoder run on 12 pairs, 4 per batch (3 batches an epoch),
+    checkpointing every step into ``work``."""
+    cfg = TrainConfig(**{"seed": S2S_SEED, "amp": "none", "batch_size": 4, "bucket_width": 2,
+                         "max_steps": max_steps, "schedule": "constant", "lr": 1e-2,
+                         "warmup_steps": 0, "eval_every": 100, "checkpoint_every": 1,
+                         "keep_last": 2, "threads": 1, **train})
+    model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
+    feed = Seq2SeqFeed((examples(12, seed=3, lengths=(1, 5)), []), IDS, SequenceConfig(), cfg)
+    return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
+
+
+def kill_after(loop: TrainLoop, step: int) -> None:
+    """Run ``loop`` until it has checkpointed ``step``, then stop it as a kill would."""
+    def stop(done: int) -> None:
+        if done == step:
+            raise Killed(step)
+    loop.on_step = stop
+    with pytest.raises(Killed):
+        loop.run(lambda entry, tokens_per_s: None)

@@ -221,9 +221,14 @@ def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
     return TrainingRecord(cfg, ckpt)
 
 
+def record_args(rec: TrainingRecord) -> tuple[Config, ModelMeta, Path]:
+    """training_diffs' arguments for a record: its config, the model meta, its folder."""
+    return rec.cfg, META, rec.checkpoint.parent
+
+
 def test_a_training_record_that_matches_its_checkpoint_gives_no_difference(
         tmp_path: Path) -> None:
-    assert training_diffs(training_record(tmp_path).cfg, META) == []
+    assert training_diffs(*record_args(training_record(tmp_path))) == []
 
 
 def test_model_weights_differing_in_one_element_are_one_line_naming_both_files_and_the_tensor(
@@ -232,7 +237,7 @@ def test_model_weights_differing_in_one_element_are_one_line_naming_both_files_a
     w = forged["encoder.embed.weight"]
     w[1, 0] = torch.nextafter(w[1, 0], torch.tensor(4.0))  # 3.0 plus one ulp
     rec = training_record(tmp_path, model=forged)
-    assert training_diffs(rec.cfg, META) == [
+    assert training_diffs(*record_args(rec)) == [
         f"model weights: file {rec.cfg.paths.model} and checkpoint {rec.checkpoint} differ "
         "(first tensor encoder.embed.weight)"]
 
@@ -242,7 +247,7 @@ def test_a_train_log_cell_differing_from_the_checkpoint_history_is_one_line_nami
     forged = [HISTORY[0], StepLog(2, 0, 0.25, 1.5, 12, 0.5, 0, 1.75, 0.0)]  # loss 1.25 -> 1.5
     rec = training_record(tmp_path, log=forged)
     log = rec.cfg.paths.train_log
-    assert training_diffs(rec.cfg, META) == [
+    assert training_diffs(*record_args(rec)) == [
         f"{log}: line 3, column loss: file {log} has '1.5', checkpoint {rec.checkpoint} "
         "has '1.25'"]
 
@@ -252,7 +257,7 @@ def test_a_train_metrics_counter_differing_from_the_checkpoint_is_one_line_namin
     forged = TrainMetrics(steps=2, tokens=23, skipped_steps=0, best_step=2, best_dev_nll=1.75,
                           final_loss=1.25, selected_step=2)
     rec = training_record(tmp_path, counters=forged)
-    assert training_diffs(rec.cfg, META) == [
+    assert training_diffs(*record_args(rec)) == [
         f"{rec.cfg.paths.train_metrics}: field tokens: file has 23, checkpoints and model file "
         "give 22"]
 

@@ -29,7 +29,7 @@ from pipeline.dvc_files import read_yaml12
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
-from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
+from tests.pipeline_helpers import copy_result, dvc, run_audit, stage_python, tool_env
 
 pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
@@ -234,6 +234,46 @@ def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
             f"{real.data.tags['dvc.lock.sha256'][:12]}) but differs: metric: word_error_rate: "
             f"pipeline record has {real.data.metrics['word_error_rate']!r}") in report.render()
     assert f"run {rid} " not in report.render()  # the genuine run itself agrees
+
+
+@pytest.mark.slow
+def test_the_audit_compares_the_run_logged_for_this_result_not_the_latest_run(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 33: a later run of another result (another dvc.lock) is not this result's run
+    repo = copy_result(audit_result[0], tmp_path / "copy")
+    client, rid = latest_run(repo)
+    real = client.get_run(rid)
+    client.create_run(real.info.experiment_id, start_time=real.info.start_time + 60_000,
+                      tags={"dvc.lock.sha256": "0" * 64, "dvc.lock.upstream.sha256": "1" * 64},
+                      run_name="another-result")
+    assert latest_run(repo)[1] != rid
+    report = run_audit(repo, monkeypatch, only=("mlflow run",))
+    assert report.ok and report.run_id == rid, report.render()
+
+
+@pytest.mark.slow
+def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_replay(
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 33: the forger trains on the test rows instead of the train rows (same params and
+    # code), puts the train rows back, and lets DVC and the pipeline make everything else
+    # agree: the checkpoints, the ledger, the log, the metrics, the lock and the MLflow run.
+    # Only a replay of the training on the declared rows can tell.
+    repo = copy_result(audit_result[0], tmp_path / "copy")
+    train = repo / "data/encoded/train.jsonl"
+    genuine = train.read_bytes()
+    train.write_bytes((repo / "data/encoded/test.jsonl").read_bytes())
+    shutil.rmtree(repo / "checkpoints")  # else the stage resumes the genuine final state
+    dvc(repo, "repro", "--force", "--single-item", "train")
+    train.write_bytes(genuine)
+    dvc(repo, "commit", "--force", "train")  # the lock records the genuine rows as read
+    dvc(repo, "repro")  # decode and evaluate (a new MLflow run) from the forged model
+    assert dvc(repo, "status").strip().endswith("Data and pipelines are up to date.")
+    report = run_audit(repo, monkeypatch)
+    assert report.failed() == ["training replay"], report.render()
+    assert ("segment 1 (steps 0->6): the replay on the declared data and params differs from "
+            "models/ledger/ckpt-00000006.pt at ['model']") in report.render()
+    # the state before the first step follows from the seed alike: the segment is named
+    assert "- state before the first step" not in report.render()
 
 
 @pytest.mark.slow

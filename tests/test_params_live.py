@@ -139,6 +139,7 @@ LIVE: dict[str, Live] = {
         "train", 1, {"train.lr": 1e30, "train.max_consecutive_skips": 100}, fails=True),
     "train.eval_every": Live("train", 3),
     "train.checkpoint_every": Live("train", 5),
+    "train.ledger_every": Live("train", 3),
     "train.keep_last": Live("train", 1),
     "train.select": Live("train", "last", {"train.lr": 20.0}),
     "train.ss_schedule": Live("train", "linear", {"train.ss_k": 1.0, "train.ss_cap": 0.9}),
@@ -371,8 +372,9 @@ def results(stage: str, cfg: Config) -> dict[str, str]:
         log = read(Path(p.train_log)).splitlines()
         ckpts = sorted(x.name for x in Path(p.checkpoints).glob("*/*"))
         best = [tensor_digest(load_blob(x)["model"]) for x in Path(p.checkpoints).glob("*/best.pt")]
+        ledger = sorted(x.name for x in Path(p.ledger).glob("*"))
         return {"weights": tensor_digest(load_blob(Path(p.model))["model"]), "log": "\n".join(log),
-                "best.pt": " ".join(best),
+                "best.pt": " ".join(best), "ledger": " ".join(ledger),
                 "metrics": json.dumps(metrics, sort_keys=True), "checkpoints": " ".join(ckpts)}
     if stage == "decode":
         return {"predictions": read(Path(p.predictions) / f"{cfg.decode.split}.jsonl")}

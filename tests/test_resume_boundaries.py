@@ -18,41 +18,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.config import TrainConfig
 from seqcore.data.batching import SamplerState, StreamState
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.lm import LMFeed
 from seqcore.training.loop import TooManySkippedSteps, TrainLoop, TrainState
-from tests.factories import IDS, document_nll, examples, tiny_lm, tiny_model
+from tests.factories import (
+    IDS, S2S_SEED, document_nll, examples, kill_after, s2s_loop, tiny_lm)
 
-SEED = 5  # train.seed: the sampler's and the streams' shuffles
-
-
-class Killed(Exception):
-    """Stands in for SIGKILL: raised from ``on_step`` after the step's checkpoint."""
-
-
-def s2s_loop(work: Path, max_steps: int, **train: object) -> TrainLoop:
-    """A fresh tiny encoder-decoder run on 12 pairs, 4 per batch (3 batches an epoch),
-    checkpointing every step into ``work``."""
-    cfg = TrainConfig(**{"seed": SEED, "amp": "none", "batch_size": 4, "bucket_width": 2,
-                         "max_steps": max_steps, "schedule": "constant", "lr": 1e-2,
-                         "warmup_steps": 0, "eval_every": 100, "checkpoint_every": 1,
-                         "keep_last": 2, "threads": 1, **train})
-    model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
-    feed = Seq2SeqFeed((examples(12, seed=3, lengths=(1, 5)), []), IDS, SequenceConfig(), cfg)
-    return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
-
-
-def kill_after(loop: TrainLoop, step: int) -> None:
-    """Run ``loop`` until it has checkpointed ``step``, then stop it as a kill would."""
-    def stop(done: int) -> None:
-        if done == step:
-            raise Killed(step)
-    loop.on_step = stop
-    with pytest.raises(Killed):
-        loop.run(lambda entry, tokens_per_s: None)
+SEED = S2S_SEED  # train.seed: the sampler's and the streams' shuffles
 
 
 def finish(loop: TrainLoop) -> TrainState:

@@ -3,6 +3,7 @@ uninterrupted run ends (same model bytes, same per-step losses)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import re
 import subprocess
@@ -12,14 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline.audit_replay import run_replay
 from pipeline.timing import StageTime, stage_file, training_clock
 from tests.factories import REPO
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-#: Train settings over the session's tiny result: checkpoints at steps 4, 8 and 12.
-TRAIN = {"train": {"max_steps": 12, "checkpoint_every": 4, "eval_every": 6, "threads": 1}}
+#: Train settings over the session's tiny result: checkpoints at steps 4, 8 and 12, ledger
+#: states at 0, 5, 10 and 12 (issue 33: the segment 0->5 spans the resume from step 4, the
+#: segment 5->10 the dev evaluation of step 6).
+TRAIN = {"train": {"max_steps": 12, "checkpoint_every": 4, "eval_every": 6, "ledger_every": 5,
+                   "threads": 1}}
 
 
 def losses(repo: Path) -> list[str]:
@@ -58,6 +63,19 @@ def test_killed_train_stage_resumes_on_repro_and_matches_an_uninterrupted_run(
     assert (crashed / "models/model.pt").read_bytes() == (straight / "models/model.pt").read_bytes()
     assert losses(crashed) == losses(straight)
     assert len(losses(straight)) == 12
+    # issue 33: the resumed run's ledger is the uninterrupted run's, byte for byte, and every
+    # segment replays bit for bit: 0->5 across the resume from step 4, 5->10 across the dev
+    # evaluation of step 6, 10->12 to the last state (and best.pt, select: best_dev)
+    names = sorted(p.name for p in (straight / "models/ledger").iterdir())
+    assert [n for n in names if not n.endswith(".sha256")] == [
+        "best.pt", "ckpt-00000000.pt", "ckpt-00000005.pt", "ckpt-00000010.pt",
+        "ckpt-00000012.pt"]
+    assert sorted(p.name for p in (crashed / "models/ledger").iterdir()) == names
+    for name in names:
+        assert (crashed / "models/ledger" / name).read_bytes() == \
+            (straight / "models/ledger" / name).read_bytes(), name
+    with contextlib.chdir(crashed):
+        assert run_replay("params.yaml", Path("models/ledger"), [1, 2, 3]) == []
     # the train stage's time counts the killed part and the resumed part (issue 29)
     total = StageTime.read(stage_file("train", crashed))
     assert before is not None and total is not None

@@ -73,6 +73,7 @@ EXCEPTIONS: dict[str, tuple[frozenset[str], str]] = {k: (frozenset(v), why) for 
     "train.max_consecutive_skips": ({"train"}, "a guard training checks"),
     **{f"train.{k}": ({"train"}, "bookkeeping: the same weights, log and metrics")
        for k in ("log_every", "keep_last", "resume", "checkpoint_every")},
+    "train.ledger_every": ({"train"}, "which training states the ledger keeps (issue 33)"),
 }.items()}
 
 #: Keys templated into dvc.yaml's paths: another value moves a dep or an out (DVC sees a

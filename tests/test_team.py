@@ -50,6 +50,7 @@ SETUP_A = (f"dvc remote add -d team s3://{DVC_BUCKET}/cache",
 PUBLISH_A = ("dvc repro", "dvc push")
 SETUP_B = ("dvc remote modify --local team endpointurl {s3}",)
 CHECK_B = ("dvc pull", "dvc status", "python -m pipeline.audit")
+AUDIT_RUN = "python -m pipeline.audit --run RUN_ID"
 REPLAY = "python -m pipeline.tracking --replay"
 ENV_LINES = ("export MLFLOW_TRACKING_URI={mlflow}", "export MLFLOW_S3_ENDPOINT_URL={s3}",
              "export AWS_ACCESS_KEY_ID={key_id}", "export AWS_SECRET_ACCESS_KEY={secret}")
@@ -434,7 +435,7 @@ def test_the_audit_names_an_unreachable_store_without_its_password(
 
 def test_the_team_page_shows_every_command_the_two_person_test_runs() -> None:
     page = (REPO / "docs/team.md").read_text(encoding="utf-8")
-    commands = [*SETUP_A, *PUBLISH_A, *SETUP_B, *CHECK_B, REPLAY, *ENV_LINES]
+    commands = [*SETUP_A, *PUBLISH_A, *SETUP_B, *CHECK_B, AUDIT_RUN, REPLAY, *ENV_LINES]
     missing = [c.format(**DOC_VALUES) for c in commands if c.format(**DOC_VALUES) not in page]
     assert not missing and DOC_SERVER in page, missing or DOC_SERVER
 
@@ -445,3 +446,18 @@ def test_run_logged_to_an_mlflow_server_reads_back_over_http(tmp_path: Path, tea
     record = make_record(team.mlflow, n_params=120)
     rid = log_run(record)
     assert_run_matches(mlflow.MlflowClient(team.mlflow), rid, record, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_run_id_is_audited_from_a_fresh_clone_that_pulls_its_outputs_and_gets_the_verdict(
+        person_a: PersonA, team: Team, tmp_path: Path) -> None:
+    # last in this module: it tags person A's run (the audit ignores audit.* tags)
+    repo, env = clone(person_a, tmp_path / "carol", team)  # nothing pulled
+    out = sh(repo, AUDIT_RUN.replace("RUN_ID", person_a.run_id),
+             env | {"MLFLOW_TRACKING_URI": team.mlflow})[1]
+    assert "outputs pulled from the DVC remote" in out and passed(out), out
+    assert "ok       training replay" in out
+    tags = mlflow.MlflowClient(team.mlflow).get_run(person_a.run_id).data.tags
+    assert tags["audit.status"] == "passed" and "mlflow run: ok" in tags["audit.checks"]
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "models/model.pt").exists()
