@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.audit_replay import capability_env
 from seqcore.ledger import Segment, choose, escape_probability, first_difference, ledger_segments
 from seqcore.blobs import save_blob
 from seqcore.training.checkpoint import ledger_files, step_of
@@ -145,3 +146,19 @@ def test_segments_run_between_consecutive_states_and_need_the_first(tmp_path: Pa
         ledger_segments(tmp_path)
     with pytest.raises(FileNotFoundError, match="no ledger states"):
         ledger_segments(tmp_path / "absent")
+
+
+# --- the CPU kernels of the replay ----------------------------------------------------------
+
+@pytest.mark.parametrize(("here", "recorded", "env"), [
+    ("AVX512", "AVX2", {"ATEN_CPU_CAPABILITY": "avx2"}),  # a lower level: taken
+    ("AVX512", "DEFAULT", {"ATEN_CPU_CAPABILITY": "default"}),
+    ("AVX512", "AVX512", {}),  # the host's own
+    ("AVX2", "AVX512", {}),  # a higher level cannot be taken: the replay may differ
+    ("AVX512", None, {}),  # no run, or a run from before env.cpu_capability
+    ("AVX512", "NEON", {}),  # not an x86 level
+])
+def test_the_replay_takes_the_cpu_level_the_run_records_when_this_host_has_it(
+        here: str, recorded: str | None, env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: here)
+    assert capability_env(recorded) == env
