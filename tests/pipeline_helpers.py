@@ -180,14 +180,17 @@ def dvc(repo: Path, *args: str) -> str:
 
 def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, *, strict_env: bool = False,
               rebuild: bool = False, only: tuple[str, ...] = (),
-              use_mlflow: bool = True) -> AuditReport:
-    """The audit in-process in ``repo``, as `python -m pipeline.audit` runs it there."""
+              use_mlflow: bool = True, replay: int = 0) -> AuditReport:
+    """The audit in-process in ``repo``, as `python -m pipeline.audit --replay REPLAY` runs
+    it there. The training replay (a child process: 3-4 s on the tiny result) runs in the
+    tests about it (``replay=3``, the command's default), not in those about other checks."""
     from pipeline.audit import audit  # noqa: PLC0415 (heavy: only the tests that audit)
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
     with contextlib.chdir(repo):
-        report = audit(use_mlflow=use_mlflow, strict_env=strict_env, rebuild=rebuild, only=only)
+        report = audit(use_mlflow=use_mlflow, strict_env=strict_env, rebuild=rebuild, only=only,
+                       replay=replay)
     print(report.render())
     return report
 

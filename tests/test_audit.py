@@ -28,7 +28,7 @@ STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evalu
 SAMPLE = AUDIT_SAMPLE
 CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "fetch redone",
           "prepare redone", "tokenizer redone", "baseline redone", "decode redone", "evaluate redone", "training record",
-          "mlflow run", "environment", "package versions"]
+          "training replay", "mlflow run", "environment", "package versions"]
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ TAMPERING = {
 def test_untampered_result_passes_every_check(result: tuple[Path, str], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
-    report = run_audit(repo, monkeypatch)
+    report = run_audit(repo, monkeypatch, replay=3)
     assert report.ok, report.render()
     assert list(report.checks) == CHECKS
     assert set(report.status.values()) <= {"ok", "WARNING"}

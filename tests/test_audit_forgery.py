@@ -268,7 +268,7 @@ def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_rep
     dvc(repo, "commit", "--force", "train")  # the lock records the genuine rows as read
     dvc(repo, "repro")  # decode and evaluate (a new MLflow run) from the forged model
     assert dvc(repo, "status").strip().endswith("Data and pipelines are up to date.")
-    report = run_audit(repo, monkeypatch)
+    report = run_audit(repo, monkeypatch, replay=3)
     assert report.failed() == ["training replay"], report.render()
     assert ("segment 1 (steps 0->6): the replay on the declared data and params differs from "
             "models/ledger/ckpt-00000006.pt at ['model']") in report.render()

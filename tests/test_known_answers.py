@@ -473,6 +473,7 @@ RANGE_TABLE: dict[str, tuple[type, float, bool, float, bool]] = {
     "train.max_consecutive_skips": (int, 1, True, INF, False),
     "train.eval_every": (int, 1, True, INF, False),
     "train.checkpoint_every": (int, 1, True, INF, False),
+    "train.ledger_every": (int, 0, True, INF, False),
     "train.keep_last": (int, 1, True, INF, False),
     "train.log_every": (int, 1, True, INF, False),
     "train.threads": (int, 1, True, INF, False),

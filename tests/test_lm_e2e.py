@@ -74,7 +74,8 @@ def test_the_audit_passes_an_lm_result_and_names_a_perplexity_forged_with_its_lo
     # A consistent forger: a better test perplexity in every report, then `dvc commit`, so
     # dvc.lock agrees. The redone evaluation and the MLflow run's copy of metrics.json name
     # it; every other check must pass: the LM's contract (from the params and
-    # its documents), counts (nothing decoded), the redone stages, the training record.
+    # its documents), counts (nothing decoded), the redone stages, the training record and
+    # its replay (issue 33: the streams' cursor and carried RNN state resume bit for bit).
     repo = shutil.copytree(lm_result[0], tmp_path / "copy", symlinks=True)
     for name in ("metrics.json", "headline.json"):
         path = repo / "reports" / name
@@ -83,7 +84,8 @@ def test_the_audit_passes_an_lm_result_and_names_a_perplexity_forged_with_its_lo
         values[key] = values[key] / 2
         path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
     dvc(repo, "commit", "-f")
-    report = run_audit(repo, monkeypatch)
+    report = run_audit(repo, monkeypatch, replay=3)
     assert report.failed() == ["evaluate redone", "mlflow run"], report.render()
+    assert report.status["training replay"] == "ok"
     assert "test_ppl_carried" in report.render() and "could not run" not in report.render()
     assert set(report.status.values()) == {"ok", "MISMATCH"}, report.render()
