@@ -12,7 +12,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tests.pipeline_helpers import copy_result, tool_env
+from tests.pipeline_helpers import copy_result, run_audit, tool_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ def git(repo: Path, *args: str) -> None:
 
 
 def test_a_run_id_is_audited_in_a_worktree_of_its_result_and_gets_the_verdict_as_tags(
-        audit_result: tuple[Path, str], tmp_path: Path) -> None:
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "copy")
     client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
@@ -54,17 +54,20 @@ def test_a_run_id_is_audited_in_a_worktree_of_its_result_and_gets_the_verdict_as
     assert f"claims the result of commit {head[:12]}" in out.stderr
     assert "outputs from the DVC cache of" in out.stderr
     assert "audit: PASSED" in out.stdout and "ok       training replay" in out.stdout, out.stdout
+    (repo / "params.yaml").write_text((repo / "params.yaml").read_text().replace(
+        "beam_size: 7", "beam_size: 5"))
     tags = client.get_run(rid).data.tags
     assert tags["audit.status"] == "passed"
     assert tags["audit.by"] == subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     assert "training replay: ok" in tags["audit.checks"]
     assert tags["audit.at"].endswith("+00:00")
-    # the worktree is gone, and the verdict tags do not fail the next audit of the run
+    # the worktree is gone, and the verdict tags do not fail the next audit of the run (the
+    # working copy's params.yaml is set back: the run was made with the committed one)
     assert subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True,
                           text=True).stdout.count("\n") == 1
-    again = audit_run(repo, rid, "--only", "mlflow run")
-    assert again.returncode == 0, again.stdout
+    again = run_audit(repo, monkeypatch, only=("mlflow run",))
+    assert again.ok and again.run_id == rid, again.render()
 
 
 def test_a_run_that_is_not_in_the_store_is_one_line(audit_result: tuple[Path, str],
