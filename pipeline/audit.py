@@ -24,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import audit_rederive, audit_replay, audit_run
+from pipeline.audit_verdict import code_line, stamp_versions
 from pipeline.audit_mlflow import find_run, mlflow_diffs
 from pipeline.audit_rebuild import rebuild_diffs
 from pipeline.dvc_files import read_yaml12
 from pipeline.dvc_lock import lock_hash_diffs
-from pipeline.git_state import head_commit
 from pipeline.record import RunOrigin, build_record, tracking_uri
-from seqcore import audit as A
+from seqcore.audit import (
+    MISMATCH, OK, WARNING, AuditReport, json_diffs, lock_param_diffs, same_value_diffs,
+    tokenizer_file_diffs, version_diffs)
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, as_dict, load_config
@@ -77,16 +79,16 @@ def common_contract_checks(cfg: Config, files: ResultFiles) -> list[str]:
     """What every task's result records alike: the tokenizer files, the model file's hash
     in the predictions header, the raw data's hash and the decode settings."""
     tc, header = files.tokenizer_contract, files.header
-    diffs = A.tokenizer_file_diffs(Path(cfg.paths.tokenizer), tc, sha256_file)
+    diffs = tokenizer_file_diffs(Path(cfg.paths.tokenizer), tc, sha256_file)
     model = Path(cfg.paths.model)
-    diffs += A.same_value_diffs("model sha256", {
+    diffs += same_value_diffs("model sha256", {
         str(model): sha256_file(model), "predictions header": header.model_sha256})
     raw = Path(cfg.paths.raw)
-    diffs += A.same_value_diffs("data sha256", {
+    diffs += same_value_diffs("data sha256", {
         "tokenizer contract": tc.data_sha256,
         str(raw): sha256_file(raw) if raw.exists() else "missing"}
         | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
-    diffs += A.json_diffs("decode settings", ("params.yaml", "predictions header"),
+    diffs += json_diffs("decode settings", ("params.yaml", "predictions header"),
                           as_dict(cfg.decode), header.decode)
     return diffs
 
@@ -98,7 +100,7 @@ def _installed(name: str) -> str | None:
         return None
 
 
-def _run(report: A.AuditReport, name: str, check: Callable[[], list[str]]) -> None:
+def _run(report: AuditReport, name: str, check: Callable[[], list[str]]) -> None:
     """Add a check's differences; a check that cannot run (missing or broken input) is
     NOT RUN, which fails the audit. A check the report does not want (``--only``) is skipped."""
     if not report.wants(name):
@@ -125,7 +127,7 @@ def environment_diffs(run: Any) -> list[str]:
                                    producing_environment())
 
 
-def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> None:
+def _training_check(report: AuditReport, cfg: Config, files: ResultFiles) -> None:
     """The training record against the ledger's last state (it travels with the result), or
     the checkpoints, or (a result trained before the ledger, in a clone where the checkpoints
     never travel) against the model file, with a warning."""
@@ -150,7 +152,7 @@ def _training_check(report: A.AuditReport, cfg: Config, files: ResultFiles) -> N
                                 "against the model file only"])
 
 
-def replay_check(report: A.AuditReport, cfg: Config, params: str, segments: int,
+def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
                  seed: int | None, run: Any) -> None:
     """Replay the state before the first step and ``segments`` segments of the training from
     its ledger (pipeline/audit_replay.py), on the CPU kernels the run records. A training of
@@ -197,15 +199,15 @@ def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
 def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bool = True,
           strict_env: bool = False, rebuild: bool = False,
           only: tuple[str, ...] = (), replay: int = REPLAY_SEGMENTS,
-          replay_seed: int | None = None) -> A.AuditReport:
+          replay_seed: int | None = None) -> AuditReport:
     """Run every check (or those named in ``only``, from CHECKS) in the current directory (a
     repository with a pipeline result)."""
     cfg = load_config(params)
     # --rebuild is asked for by name, so it runs beside an --only list too
-    report = A.AuditReport(only=(*only, "rebuild") if only and rebuild else only)
+    report = AuditReport(only=(*only, "rebuild") if only and rebuild else only)
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
     _run(report, "dvc.lock hashes and params", lambda: (
-        lock_hash_diffs(Path("."), lock) + A.lock_param_diffs(lock, read_yaml12(Path(params)))
+        lock_hash_diffs(Path("."), lock) + lock_param_diffs(lock, read_yaml12(Path(params)))
         if lock else ["dvc.lock missing"]))
     _run(report, "dvc status", dvc_status)
     # Inputs are read when a check needs them: one that is missing or broken makes exactly
@@ -241,10 +243,10 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
         except Exception as err:  # noqa: BLE001 (as in _run)
             report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
     _run(report, "package versions",
-         lambda: A.version_diffs(Path("requirements.lock").read_text(), _installed))
+         lambda: version_diffs(Path("requirements.lock").read_text(), _installed))
     if rebuild:
         _run(report, "rebuild", lambda: rebuild_diffs(cfg, lock))
-        if report.checks["rebuild"] and report.status.get("environment") == A.WARNING:
+        if report.checks["rebuild"] and report.status.get("environment") == WARNING:
             report.checks["rebuild"].append(
                 "the environment differs from the recorded one (see 'environment'): another "
                 "torch build or package set can change floating-point results")
@@ -265,48 +267,6 @@ def expected_record(cfg: Config, done: dict[str, Any], run: Any) -> RunRecord:
     origin = RunOrigin(tags.get("dvc.exp.name"), commit if commit != "none" else "HEAD")
     return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
                         out.contract, origin)
-
-
-def stamp_versions(uri: str, report: A.AuditReport) -> str:
-    """The verdict as tags of the registered versions the audited run logged (issue 29):
-    ``audit.status`` (the verdict line) and ``audit.commit`` (the audited checkout), shown on
-    the version's page in the Model Registry. The audit compares only the version tags the
-    pipeline writes, so a stamp never fails a later audit. Returns what was stamped."""
-    import mlflow  # noqa: PLC0415 (slow import)
-
-    client = mlflow.MlflowClient(tracking_uri=uri)
-    head = head_commit()
-    versions = list(client.search_model_versions(f"run_id = '{report.run_id}'"))
-    for v in versions:
-        client.set_model_version_tag(v.name, v.version, "audit.status", report.verdict())
-        client.set_model_version_tag(v.name, v.version, "audit.commit", head)
-    return ", ".join(f"{v.name} version {v.version}" for v in versions)
-
-
-#: The code that computes a result (and that the audit runs): compared file by file between
-#: the auditing checkout and the audited one.
-CODE_FOLDERS = ("pipeline", "seqcore")
-
-
-def code_files(root: Path) -> dict[str, str]:
-    """Relative path -> sha256 of every module under CODE_FOLDERS of ``root``."""
-    return {p.relative_to(root).as_posix(): sha256_file(p)
-            for folder in CODE_FOLDERS for p in sorted((root / folder).rglob("*.py"))}
-
-
-def code_line(auditor: Path, result: Path) -> str:
-    """One line saying which code audits which result: the auditing checkout and its commit,
-    and whether the result's code is the same (issue 33: audit with code you trust, e.g. your
-    own checkout with ``--root`` on a colleague's result)."""
-    mine, theirs = code_files(auditor), code_files(result)
-    differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-    commit = head_commit(auditor)
-    where = "this checkout" if auditor.resolve() == result.resolve() else str(result)
-    same = ("the same code" if not differ else
-            f"its code differs in {len(differ)} file(s): {', '.join(differ[:3])}"
-            + (", ..." if len(differ) > 3 else ""))
-    return f"[audit] code at {auditor} (commit {commit[:12]}) audits the result in {where}: " \
-           f"{same}"
 
 
 def main() -> None:
@@ -351,7 +311,7 @@ def main() -> None:
         report = audit(args.params, args.run_id, not args.no_mlflow, args.strict_env,
                        args.rebuild, only, args.replay, args.replay_seed)
         print(report.render())
-        if report.run_id and report.status.get("mlflow run") in (A.OK, A.MISMATCH):
+        if report.run_id and report.status.get("mlflow run") in (OK, MISMATCH):
             try:
                 stamped = stamp_versions(tracking_uri(load_config(args.params).mlflow
                                                       .tracking_uri), report)

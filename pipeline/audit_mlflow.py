@@ -20,7 +20,7 @@ from pipeline.dvc_files import read_yaml12
 from pipeline.dvc_lock import upstream_lock_digest
 from pipeline.record import param_items, tracking_uri
 from pipeline.timing import TIME_PREFIX
-from seqcore import audit as A
+from seqcore.audit import number_diffs, text_diffs
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.compare import first_difference
 from seqcore.config import Config, config_from_dict, experiment_name
@@ -194,11 +194,11 @@ def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
     client = mlflow.MlflowClient(tracking_uri=uri)
     rid = run.info.run_id
     want = dict(param_items(record.params))
-    diffs += A.text_diffs(f"run {rid} param", (PIPELINE, RUN), want, run.data.params)
+    diffs += text_diffs(f"run {rid} param", (PIPELINE, RUN), want, run.data.params)
     diffs += [f"run {rid} param {k}: {RUN} has {v!r}, not in the current contract"
               for k, v in sorted(run.data.params.items()) if k not in want]
     finals = {k: float(v) for k, v in record.metrics.items()}
-    diffs += A.number_diffs(f"run {rid} metric", (PIPELINE, RUN), finals, run.data.metrics)
+    diffs += number_diffs(f"run {rid} metric", (PIPELINE, RUN), finals, run.data.metrics)
     steps = {name for name, _, _ in record.steps}
     # time/* (pipeline/timing.py) is clock time: when and where the stages ran, never compared
     diffs += [f"run {rid} metric {k}: {RUN} has {v!r}, the pipeline logs no such metric"
@@ -226,7 +226,7 @@ def claimant_diffs(client: Any, run: Any, finals: dict[str, float]) -> list[str]
         max_results=1000) if r.info.run_id != run.info.run_id]
     diffs = []
     for other in others:
-        found = A.number_diffs("metric", (PIPELINE, RUN), finals,
+        found = number_diffs("metric", (PIPELINE, RUN), finals,
                                {k: v for k, v in other.data.metrics.items() if k in finals})
         if found:
             diffs.append(f"run {other.info.run_id} ({other.info.run_name}) claims this result "

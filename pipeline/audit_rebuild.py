@@ -20,7 +20,7 @@ from typing import Any
 from pipeline.dvc_lock import md5_file
 from pipeline.dvc_files import read_yaml12
 from pipeline.git_state import source_files
-from seqcore import audit as A
+from seqcore.audit import stage_out_diffs
 from seqcore.config import Config
 
 
@@ -66,4 +66,4 @@ def rebuild_diffs(cfg: Config, lock: dict[str, Any]) -> list[str]:
                     + (res.stdout + res.stderr).strip()[-2000:]]
         rebuilt = read_yaml12(repo / "dvc.lock")
     order = list(read_yaml12(Path("dvc.yaml"))["stages"])
-    return A.stage_out_diffs(order, lock, rebuilt)
+    return stage_out_diffs(order, lock, rebuilt)

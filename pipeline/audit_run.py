@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import os
 import shutil
 import subprocess
@@ -26,9 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.audit_mlflow import AUDIT_TAG, RESULT_TAG
+from pipeline.audit_mlflow import RESULT_TAG
 from pipeline.dvc_files import parse_yaml12
 from pipeline.dvc_lock import upstream_lock_digest
+from pipeline.audit_verdict import code_line, verdict_tags
 from pipeline.git_state import head_commit
 from pipeline.record import tracking_uri
 from seqcore.audit import AuditReport
@@ -36,8 +36,6 @@ from seqcore.config import load_config
 from seqcore.credentials import redact_text
 from seqcore.errors import OneLineError
 
-#: The tags an audit from a run id writes on the run (the run comparison ignores AUDIT_TAG).
-VERDICT_TAGS = tuple(f"{AUDIT_TAG}{name}" for name in ("status", "at", "by", "checks"))
 
 
 class RunNotAuditable(OneLineError, RuntimeError):
@@ -136,26 +134,13 @@ def worktree(root: Path, commit: str) -> Iterator[Path]:
         _git(root, "worktree", "prune", check=False)
 
 
-def verdict_tags(report: Any, auditor_commit: str) -> dict[str, str]:
-    """``audit.status`` (passed, failed or warnings), ``audit.at`` (UTC, ISO 8601),
-    ``audit.by`` (the auditing code's commit) and ``audit.checks`` (each check's status)."""
-    from seqcore.audit import WARNING  # noqa: PLC0415
-
-    status = "failed" if not report.ok else \
-        "warnings" if WARNING in report.status.values() else "passed"
-    at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    checks = "; ".join(f"{name}: {state}" for name, state in report.status.items())
-    return {"audit.status": status, "audit.at": at, "audit.by": auditor_commit,
-            "audit.checks": checks}
-
-
 def audit_run_id(args: argparse.Namespace, only: tuple[str, ...]) -> AuditReport:
     """``--run RUN_ID``: the result the run claims, checked out from this repository into a
     temporary worktree with its outputs, audited there by this code; the verdict is written
     to the run as tags (pipeline/audit_run.py). RunNotAuditable: one line."""
     import mlflow  # noqa: PLC0415 (slow import)
 
-    from pipeline.audit import audit, code_line  # noqa: PLC0415 (it imports this module)
+    from pipeline.audit import audit  # noqa: PLC0415 (it imports this module)
 
     root, here = Path(args.root).resolve(), Path(__file__).resolve().parents[1]
     with contextlib.chdir(root):

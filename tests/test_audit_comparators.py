@@ -22,7 +22,7 @@ import mlflow
 import pytest
 import torch
 
-from pipeline.audit import code_line
+from pipeline.audit_verdict import code_line
 from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
 from pipeline.audit_rederive import training_diffs
 from pipeline.dvc_files import read_yaml12

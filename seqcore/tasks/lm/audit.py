@@ -8,7 +8,7 @@ imports this module.
 
 from __future__ import annotations
 
-from seqcore import audit as A
+from seqcore.audit import json_diffs, nonblank_lines, same_value_diffs
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.config import Config
 from seqcore.hashing import sha256_file
@@ -22,21 +22,21 @@ def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     results.json."""
     setup = lm_setup(cfg, lm_documents(cfg))
     meta = files.meta
-    diffs = A.same_value_diffs("contract signature", {
+    diffs = same_value_diffs("contract signature", {
         "params + documents (recomputed)": setup.signature, "model file meta": meta.signature,
         "results.json": files.results.contract_signature})
-    diffs += A.same_value_diffs("result signature", {
+    diffs += same_value_diffs("result signature", {
         "model file + params (recomputed)": signed_result(
             cfg, meta.signature, meta.training_contract, sha256_file(cfg.paths.model)),
         "results.json": files.results.signature})
-    return diffs + A.json_diffs("training contract", ("params + documents", "model file meta"),
+    return diffs + json_diffs("training contract", ("params + documents", "model file meta"),
                                 setup.contract, meta.training_contract)
 
 
 def count_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     """Nothing is decoded: no prediction lines and a header of 0 rows."""
     pred = files.predictions_path
-    empty = {f"{pred} lines": A.nonblank_lines(pred),
+    empty = {f"{pred} lines": nonblank_lines(pred),
              f"{pred.with_suffix('.header.json')} rows": files.header.rows}
     return [f"count: {place} has {value!r}, task lm decodes nothing (0)"
             for place, value in empty.items() if value != 0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seqcore import audit as A
+from seqcore.audit import json_diffs, nonblank_lines, same_value_diffs
 from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.config import Config
@@ -25,26 +25,26 @@ def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     """The recomputed signatures and training contract against every file that records
     them, and the tokenizer hashes of the contract, the predictions header and the model."""
     tc, meta, header = files.tokenizer_contract, files.meta, files.header
-    diffs = A.same_value_diffs("tokenizer signature", {
+    diffs = same_value_diffs("tokenizer signature", {
         "params + tokenizer contract (recomputed)": tokenizer_signature(cfg, tc),
         "tokenizer contract": tc.signature})
-    diffs += A.same_value_diffs("contract signature", {
+    diffs += same_value_diffs("contract signature", {
         "params + tokenizer contract (recomputed)": contract_signature(cfg, tc),
         "model file meta": meta.signature, "predictions header": header.signature,
         "results.json": files.results.contract_signature})
     draws = resampling(cfg).signature("group") if "interval_signature" in files.results.texts \
         else None
-    diffs += A.same_value_diffs("result signature", {
+    diffs += same_value_diffs("result signature", {
         "model file + predictions header + params (recomputed)": result_signature(
             meta.signature, digest(meta.training_contract), sha256_file(cfg.paths.model),
             header.decode, draws),
         "results.json": files.results.signature})
     for side in ("src", "tgt"):
-        diffs += A.same_value_diffs(f"tokenizer {side} sha256", {
+        diffs += same_value_diffs(f"tokenizer {side} sha256", {
             "tokenizer contract": tc.side(side).sha256,
             "predictions header": (header.tokenizer_sha256 or {}).get(side),
             "model meta": meta.tokenizer_sha256()[side]})
-    return diffs + A.json_diffs("training contract",
+    return diffs + json_diffs("training contract",
                                 ("params + tokenizer contract", "model file meta"),
                                 training_contract(cfg, tc), meta.training_contract)
 
@@ -56,10 +56,10 @@ def count_diffs(cfg: Config, files: ResultFiles) -> list[str]:
     enc = Path(cfg.paths.encoded) / f"{split}.jsonl"
     manifest = EncodedManifest.load(manifest_path(cfg.paths.encoded))
     metrics = files.metrics
-    counts = {f"{enc} lines": A.nonblank_lines(enc),
+    counts = {f"{enc} lines": nonblank_lines(enc),
               f"{cfg.paths.encoded}/manifest.json counts.{split}.kept":
                   manifest.counts[split].kept,
-              f"{pred} lines": A.nonblank_lines(pred),
+              f"{pred} lines": nonblank_lines(pred),
               f"{pred.with_suffix('.header.json')} rows": files.header.rows,
               f"{cfg.paths.metrics} {split}_sequences": metrics.count(f"{split}_sequences"),
               f"{cfg.paths.metrics} examples": metrics.count("examples")}
