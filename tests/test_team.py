@@ -455,10 +455,24 @@ def test_a_run_id_is_audited_from_a_fresh_clone_that_pulls_its_outputs_and_gets_
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
     # last in this module: it tags person A's run (the audit ignores audit.* tags)
     repo, env = clone(person_a, tmp_path / "carol", team)  # nothing pulled
+    # a param changed in the working copy: the audit reads the result's commit, not the copy
+    params = repo / "params.yaml"
+    assert "beam_size: 5" in params.read_text()
+    params.write_text(params.read_text().replace("beam_size: 5", "beam_size: 7"))
     out = sh(repo, AUDIT_RUN.replace("RUN_ID", person_a.run_id),
              env | {"MLFLOW_TRACKING_URI": team.mlflow})[1]
+    # A's run was logged before A committed the result: the result is the later commit
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert f"claims the result of commit {head[:12]}" in out, out
     assert "outputs pulled from the DVC remote" in out and passed(out), out
     assert "ok       training replay" in out
     tags = mlflow.MlflowClient(team.mlflow).get_run(person_a.run_id).data.tags
     assert tags["audit.status"] == "passed" and "mlflow run: ok" in tags["audit.checks"]
-    assert git(repo, "status", "--porcelain") == "" and not (repo / "models/model.pt").exists()
+    # the commit of the code that audited: the clone's, or this checkout's when the tests'
+    # stage worker (tests/programs) runs the command with the test session's modules
+    assert tags["audit.by"] in {head, git(REPO, "rev-parse", "HEAD").strip()}
+    assert tags["audit.at"].endswith("+00:00")
+    # nothing left behind: no worktree, no pulled file, the copy's edit only
+    assert git(repo, "worktree", "list").count("\n") == 1
+    assert git(repo, "status", "--porcelain").strip() == "M params.yaml"
+    assert not (repo / "models/model.pt").exists()

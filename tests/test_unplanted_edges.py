@@ -29,7 +29,8 @@ from seqcore.data.batching import (
     epoch_batches,
 )
 from seqcore.data.examples import Example
-from seqcore.decoding.beam import _Pool
+from seqcore.decoding import beam
+from seqcore.decoding.beam import BeamSettings, _Pool
 from seqcore.decoding.greedy import greedy
 from seqcore.decoding.processors import no_repeat_ngram, temperature, top_p
 from seqcore.decoding.sampling import draw_uniforms, example_seed
@@ -350,3 +351,28 @@ def test_a_one_position_segment_reads_bos_and_predicts_the_first_token() -> None
     streams = StreamBatcher([[7, 8]], 1, 1, seed=0, cycle=False, ids=(0, 2, 3))
     first = streams.next()
     assert first.inputs.tolist() == [[2]] and first.labels.tolist() == [[7]]
+
+
+# --- beam search's early stop -----------------------------------------------------------------
+
+@pytest.mark.parametrize("norm", ["gnmt", "avg", "none"])
+def test_beam_search_stopping_early_returns_what_searching_to_the_cap_returns(
+        norm: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The early stop (beam._done) ends an example once no live hypothesis can beat its n-th
+    # best finished one; a bound that is too tight would stop before a better one finishes.
+    # Searching to the cap (the stop switched off) is the reference.
+    settings = BeamSettings(beam_size=3, n_best=2, length_norm=norm, alpha=0.6)
+    runs = []
+    for stop in (True, False):
+        if not stop:
+            monkeypatch.setattr(beam, "_done", lambda pools, examples, live, *rest: torch.zeros(
+                live.shape[0], dtype=torch.bool))
+        out = []
+        for seed in range(6):
+            model = tiny_model(enc_layers=1, dec_layers=1, seed=seed).eval()
+            src = torch.randint(4, 10, (4, 5), generator=torch.Generator().manual_seed(seed))
+            found = beam.beam_search(model, src, torch.ones_like(src, dtype=torch.bool), IDS,
+                                     [3, 5, 8, 8], settings)
+            out.append([[(h.tokens, round(h.norm_score, 5)) for h in hyps] for hyps in found])
+        runs.append(out)
+    assert runs[0] == runs[1]
