@@ -26,7 +26,7 @@ import mlflow
 import pytest
 import yaml
 
-from pipeline.audit import read_run
+from pipeline.audit_checks import read_run
 from pipeline.tracking import log_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri

@@ -1,0 +1,167 @@
+"""The checks of the default audit, each wired to its inputs (pipeline/audit.py runs them in
+order and prints the report): DVC's own status, the contract every task's result records,
+the training record and its replay, the MLflow run and the producing environment. A check
+that cannot run is NOT RUN, which fails the audit."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipeline import audit_rederive, audit_replay
+from pipeline.audit_mlflow import find_run
+from pipeline.dvc_files import read_yaml12
+from pipeline.record import tracking_uri
+from seqcore import environment
+from seqcore.artifacts.result_files import ResultFiles
+from seqcore.audit import (
+    AuditReport,
+    json_diffs,
+    same_value_diffs,
+    tokenizer_file_diffs,
+)
+from seqcore.config import Config, as_dict
+from seqcore.credentials import redact_text
+from seqcore.determinism import device_kind
+from seqcore.hashing import sha256_file
+from seqcore.training.checkpoint import ledger_files
+
+
+def dvc_status() -> list[str]:
+    """``dvc status`` (in-process): every stage DVC itself considers changed."""
+    from dvc.repo import Repo  # noqa: PLC0415 (slow import)
+
+    repo = Repo(".")
+    try:
+        status = repo.status()
+    finally:
+        repo.close()
+    return [f"dvc status: {stage}: {json.dumps(changes, sort_keys=True)}"
+            for stage, changes in sorted(status.items())]
+
+
+def common_contract_checks(cfg: Config, files: ResultFiles) -> list[str]:
+    """What every task's result records alike: the tokenizer files, the model file's hash
+    in the predictions header, the raw data's hash and the decode settings."""
+    tc, header = files.tokenizer_contract, files.header
+    diffs = tokenizer_file_diffs(Path(cfg.paths.tokenizer), tc, sha256_file)
+    model = Path(cfg.paths.model)
+    diffs += same_value_diffs("model sha256", {
+        str(model): sha256_file(model), "predictions header": header.model_sha256})
+    raw = Path(cfg.paths.raw)
+    diffs += same_value_diffs("data sha256", {
+        "tokenizer contract": tc.data_sha256,
+        str(raw): sha256_file(raw) if raw.exists() else "missing"}
+        | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
+    diffs += json_diffs("decode settings", ("params.yaml", "predictions header"),
+                          as_dict(cfg.decode), header.decode)
+    return diffs
+
+
+def installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def run_check(report: AuditReport, name: str, check: Callable[[], list[str]]) -> None:
+    """Add a check's differences; a check that cannot run (missing or broken input) is
+    NOT RUN, which fails the audit. A check the report does not want (``--only``) is skipped."""
+    if not report.wants(name):
+        return
+    start = time.perf_counter()
+    try:
+        report.add(name, check())
+    except Exception as err:  # noqa: BLE001 (whatever stops a check, it did not run: say so)
+        report.not_run(name, f"could not run: {type(err).__name__}: {err}")
+    report.seconds[name] = time.perf_counter() - start
+    # each check's line as it finishes (stderr), the whole report at the end (stdout)
+    print(f"[audit] {report.status[name]:8s} {name} ({report.seconds[name]:.1f} s)",
+          file=sys.stderr, flush=True)
+
+
+def environment_diffs(run: Any) -> list[str]:
+    """The producing environment the MLflow run records (tags ``env.*``) against the one
+    this audit runs in. No DVC-tracked file records it (issue 34: the same inputs give the
+    same bytes on any machine), so without a run there is nothing to compare."""
+    if run is None:
+        raise LookupError("no MLflow run: the producing environment is recorded only there")
+    tags = {k[len("env."):]: v for k, v in run.data.tags.items() if k.startswith("env.")}
+    return environment.environment_diffs(f"mlflow run {run.info.run_id} tags env.*", tags,
+                                         environment.producing_environment())
+
+
+def training_check(report: AuditReport, cfg: Config, files: ResultFiles) -> None:
+    """The training record against the ledger's last state (it travels with the result), or
+    the checkpoints, or (a result trained before the ledger, in a clone where the checkpoints
+    never travel) against the model file, with a warning."""
+    if not report.wants("training record"):
+        return
+    if ledger_files(Path(cfg.paths.ledger)):
+        run_check(report, "training record", lambda: audit_rederive.training_diffs(
+            cfg, files.meta, Path(cfg.paths.ledger)))
+        return
+    try:
+        folder = audit_rederive.checkpoint_folder(cfg)
+    except Exception as err:  # noqa: BLE001 (as in run_check)
+        report.not_run("training record", f"could not run: {type(err).__name__}: {err}")
+        return
+    if folder.is_dir():
+        run_check(report, "training record", lambda: audit_rederive.training_diffs(cfg, files.meta,
+                                                                              folder))
+        return
+    run_check(report, "training record",
+              lambda: audit_rederive.training_meta_diffs(cfg, files.meta))
+    report.warn("checkpoints", [f"{folder} is not here (working state of the machine that "
+                                "trained; never pushed): the training record was checked "
+                                "against the model file only"])
+
+
+def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
+                 seed: int | None, run: Any) -> None:
+    """Replay the state before the first step and ``segments`` segments of the training from
+    its ledger (pipeline/audit_replay.py), on the CPU kernels the run records. A training of
+    several processes or on a device this host lacks cannot be replayed here: a warning."""
+    name = "training replay"
+    if not report.wants(name) or segments <= 0:
+        return
+    world = cfg.train.nproc, device_kind(cfg.train.device)
+    if world != (1, "cpu") and not (world[1] == "cuda" and has_cuda()):
+        report.warn(name, [f"a training of {world[0]} process(es) on {world[1]} is not "
+                           "replayed by this audit (it replays one process, on CPU or one "
+                           "GPU): --rebuild re-runs it whole"])
+        return
+    try:
+        plan, found = audit_replay.plan(Path(cfg.paths.ledger), segments, seed)
+    except Exception as err:  # noqa: BLE001 (as in run_check)
+        report.not_run(name, f"could not run: {type(err).__name__}: {err}")
+        return
+    line = plan.line(found)
+    report.notes[name] = [line]
+    print(f"[audit] {name}: {line}", file=sys.stderr, flush=True)
+    tags = run.data.tags if run is not None else {}
+    run_check(report, name, lambda: audit_replay.run_replay(
+        params, Path(cfg.paths.ledger), plan.chosen, tags.get("env.cpu_capability")))
+
+
+def has_cuda() -> bool:
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.is_available()
+
+
+def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
+    """The MLflow run to compare, or why it cannot be read (the store's password masked)."""
+    try:
+        lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else None
+        return find_run(cfg, run_id, lock), None
+    except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
+        uri = tracking_uri(cfg.mlflow.tracking_uri)
+        return None, redact_text(f"cannot read the MLflow run: {type(err).__name__}: {err}",
+                                 (uri,))
