@@ -16,7 +16,7 @@ from pathlib import Path
 
 from seqcore.artifacts.baseline import SPLITS, BaselineRecord
 from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
-from seqcore.baselines import phonetisaurus as ps
+from seqcore.baselines import phonetisaurus
 from seqcore.config import Config, as_dict
 from seqcore.data.examples import Example, read_examples
 from seqcore.data.records import Reject, write_rejects
@@ -66,18 +66,19 @@ def baseline(cfg: Config, io: StageIO) -> None:
     io.note(f"training Phonetisaurus on {len(train):,} train rows (EM alignment, then an "
             f"order-{cfg.baseline.order} joint n-gram; about 2 CPU-minutes for CMUdict)")
     with tempfile.TemporaryDirectory(prefix="seqcore-baseline-") as tmp:
-        trained = ps.train([ps.LexiconRow(e.id, e.source, e.target) for e in train],
-                           Path(tmp), cfg.baseline)
+        lexicon = [phonetisaurus.LexiconRow(e.id, e.source, e.target) for e in train]
+        trained = phonetisaurus.train(lexicon, Path(tmp), cfg.baseline)
         check_rejected(cfg, trained, train, train_file, io)
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(trained.fst, out / "model.fst")
-    sig, fst_sha = ps.signature(cfg.baseline, trained.lexicon_sha256), sha256_file(out / "model.fst")
+    sig = phonetisaurus.signature(cfg.baseline, trained.lexicon_sha256)
+    fst_sha = sha256_file(out / "model.fst")
     for split in SPLITS:
         rows = predict(out / "model.fst", read_examples(encoded / f"{split}.jsonl"),
                        cfg.baseline.nbest)
         Predictions(rows).save(out / f"{split}.jsonl")
-        PredictionsHeader(as_dict(cfg.baseline) | {"kind": "phonetisaurus", "beam": ps.BEAM},
-                          fst_sha, len(rows), sig).save(out / f"{split}.jsonl")
+        settings = as_dict(cfg.baseline) | {"kind": "phonetisaurus", "beam": phonetisaurus.BEAM}
+        PredictionsHeader(settings, fst_sha, len(rows), sig).save(out / f"{split}.jsonl")
     reasons = dict(Counter(r.reason for r in trained.rejected))
     BaselineRecord("phonetisaurus", sig, train_rows=trained.rows, rejected=reasons,
                    model_sha256=fst_sha).save(out)
@@ -85,8 +86,8 @@ def baseline(cfg: Config, io: StageIO) -> None:
             f"train rows -> {out}")
 
 
-def check_rejected(cfg: Config, trained: ps.Trained, train: list[Example], train_file: Path,
-                   io: StageIO) -> None:
+def check_rejected(cfg: Config, trained: phonetisaurus.Trained, train: list[Example],
+                   train_file: Path, io: StageIO) -> None:
     """Write the rejected train rows; stop when their share exceeds data.max_reject_rate (a
     baseline trained on a remnant would be no baseline)."""
     line = {e.id: i for i, e in enumerate(train, start=1)}
@@ -112,7 +113,7 @@ def predict(fst: Path, examples: list[Example], nbest: int) -> list[PredictionRo
 
     The WFST stops by itself: ``eos`` is True; a word it has no path for gets an empty
     hypothesis, which evaluate counts as an empty output."""
-    conv = ps.convert(fst, [e.source for e in examples], nbest)
+    conv = phonetisaurus.convert(fst, [e.source for e in examples], nbest)
     rows = []
     for e in examples:
         best, *rest = conv[e.source]

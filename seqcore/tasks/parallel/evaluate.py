@@ -30,7 +30,7 @@ from seqcore.metrics.evaluation import (
     EvalSpec, Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics,
     teacher_metrics)
 from seqcore.nulls import null_undefined
-from seqcore.metrics.recompute import eval_spec as spec_of
+from seqcore.metrics import recompute
 from seqcore.metrics.recompute import resampling
 from seqcore.metrics.report import render_report, training_summary, write_csv
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
@@ -47,7 +47,7 @@ ALPHABETS: dict[str, Callable[[str], bool] | None] = {"g2p": is_illegal_phoneme,
 
 def eval_spec(cfg: Config) -> EvalSpec:
     """The evaluation settings: the ``evaluate`` section and the task's target alphabet."""
-    return spec_of(cfg, ALPHABETS[cfg.task])
+    return recompute.eval_spec(cfg, ALPHABETS[cfg.task])
 
 
 def evaluate(cfg: Config, io: StageIO) -> Evaluated:
