@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def _trainer(cfg: Config, folder: Path) -> TrainLoop:
 
 class _Reached(Exception):
     """The replay reached its segment's last step."""
+
 
 def replay_first_state(cfg: Config, ledger: Path) -> list[str]:
     """The ledger's state before the first step against one rebuilt from the seed."""
@@ -98,14 +100,12 @@ def replay_segment(cfg: Config, segment: Segment) -> list[str]:
             diffs.append(f"{segment.label()}: the replay on the declared data and params "
                          f"differs from {segment.end} at {diff}")
         best, replayed_best = segment.end.parent / "best.pt", Path(tmp) / "best.pt"
-        if replayed_best.exists() and best.exists():
-            kept = load_blob(best)
-            if kept["state"]["step"] == load_blob(replayed_best)["state"]["step"]:
-                diff = None if best.read_bytes() == replayed_best.read_bytes() else \
-                    first_difference(kept, load_blob(replayed_best)) or "the bytes"
-                if diff:
-                    diffs.append(f"{segment.label()}: the best state replayed differs from "
-                                 f"{best} at {diff}")
+        if replayed_best.exists() and best.exists() and \
+                best.read_bytes() != replayed_best.read_bytes():
+            kept, again = load_blob(best), load_blob(replayed_best)
+            if kept["state"]["step"] == again["state"]["step"]:  # the same best, replayed
+                diffs.append(f"{segment.label()}: the best state replayed differs from {best} "
+                             f"at {first_difference(kept, again) or 'the bytes'}")
     return diffs
 
 
@@ -149,19 +149,13 @@ def replay_diffs(cfg: Config, ledger: Path, chosen: list[int]) -> list[str]:
     segments = ledger_segments(ledger)
     diffs = replay_first_state(cfg, ledger)
     for index in chosen:
-        started = _now()
+        started = time.perf_counter()
         found = replay_segment(cfg, segments[index - 1])
         print(f"[audit]   {segments[index - 1].label()}: "
-              f"{'differs' if found else 'bit-identical'} ({_now() - started:.1f} s)",
+              f"{'differs' if found else 'bit-identical'} ({time.perf_counter() - started:.1f} s)",
               file=sys.stderr, flush=True)
         diffs += found
     return diffs
-
-
-def _now() -> float:
-    import time  # noqa: PLC0415
-
-    return time.perf_counter()
 
 
 def capability_env(recorded: str | None) -> dict[str, str]:
@@ -171,7 +165,6 @@ def capability_env(recorded: str | None) -> dict[str, str]:
     order = ["default", "avx2", "avx512"]
     if not recorded or recorded.lower() not in order:
         return {}
-
     here = torch.backends.cpu.get_cpu_capability().lower()
     if here == recorded.lower() or here not in order or \
             order.index(recorded.lower()) > order.index(here):
@@ -206,7 +199,6 @@ def main() -> None:
     parser.add_argument("--segments", default="", help="1-based, comma-separated")
     parser.add_argument("--out", required=True, help="JSON file for the differences")
     args = parser.parse_args()
-
     cfg = load_config(args.params)
     ledger = Path(args.ledger or cfg.paths.ledger)
     chosen = [int(x) for x in args.segments.split(",") if x]

@@ -45,8 +45,8 @@ class RunNotAuditable(OneLineError, RuntimeError):
 def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     res = subprocess.run(["git", *args], cwd=root, capture_output=True, check=False)
     if check and res.returncode != 0:
-        raise RunNotAuditable(f"git {' '.join(args)} in {root}: "
-                              f"{res.stderr.decode(errors='replace').strip().splitlines()[-1:]}")
+        last = res.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise RunNotAuditable(f"git {' '.join(args)} in {root}: {' '.join(last)}")
     return res
 
 
@@ -70,10 +70,10 @@ def result_commit(root: Path, made_from: str | None, digest: str) -> str:
     commits = history.stdout.decode().split()
     later = set(_git(root, "rev-list", "--all", f"^{made_from}").stdout.decode().split()) \
         if known else set(commits)
-    for pool in ([c for c in commits if c in later], commits):
-        for commit in pool:
-            if result_digest(root, commit) == digest:
-                return commit
+    ordered = [c for c in commits if c in later] + [c for c in commits if c not in later]
+    found = next((c for c in ordered if result_digest(root, c) == digest), None)
+    if found:
+        return found
     raise RunNotAuditable(
         f"no commit of {root} holds the result of this run ({RESULT_TAG} {digest[:12]}, made "
         f"from commit {(made_from or 'none')[:12]}): commit params.yaml, dvc.lock and reports/ "

@@ -92,14 +92,19 @@ def canonical(value: Any) -> Any:
     return value
 
 
-def save_blob(path: Path, payload: dict[str, Any]) -> str:
-    """Serialise a payload atomically, in canonical form, with a ``.sha256`` sidecar;
-    returns the hash."""
+def serialize(payload: dict[str, Any]) -> bytes:
+    """The bytes ``save_blob`` writes for ``payload``: its canonical form, ``torch.save``d."""
     import io  # noqa: PLC0415
 
     buf = io.BytesIO()
     torch.save(canonical(payload), buf)
-    data = buf.getvalue()
+    return buf.getvalue()
+
+
+def save_blob(path: Path, payload: dict[str, Any]) -> str:
+    """Serialise a payload atomically, in canonical form, with a ``.sha256`` sidecar;
+    returns the hash."""
+    data = serialize(payload)
     digest = _sha256(data)
     atomic_write(path, data)
     atomic_write(path.with_name(path.name + ".sha256"), (digest + "\n").encode())

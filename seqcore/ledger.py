@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from seqcore.blobs import canonical, load_blob
+from seqcore.blobs import load_blob, serialize
 from seqcore.training.checkpoint import ledger_files, step_of
 
 #: The ledger's first state: the training before its first step.
@@ -119,10 +119,9 @@ def state_difference(ledger_file: Path, payload: dict[str, Any]) -> str | None:
     """Where ``payload`` (a state reached now) differs from a ledger file: None when it
     serialises to the file's very bytes, as the training wrote it (seqcore.blobs.save_blob);
     else the first differing value, read back as a load reads the file."""
-    buf = io.BytesIO()
-    torch.save(canonical(payload), buf)
-    if buf.getvalue() == ledger_file.read_bytes():
+    data = serialize(payload)
+    if data == ledger_file.read_bytes():
         return None
-    replayed = torch.load(io.BytesIO(buf.getvalue()), weights_only=True, map_location="cpu")
+    replayed = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     return first_difference(load_blob(ledger_file), replayed) or \
         "the bytes (every value is equal: a difference in how the state was serialised)"
