@@ -91,7 +91,7 @@ def labelled_nll(logits: torch.Tensor, labels: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The labelled positions: mask (B, T), batch row (N,), log-probabilities (N, V) in
     float32 and the label's NLL (N,), whose sum is ``sequence_loss(...).nll`` (the lm
-    task's evaluation splits it by row: seqcore.training.lm.stream_nll)."""
+    task's evaluation splits it by row: seqcore.tasks.lm.feed.stream_nll)."""
     valid = labels != IGNORE_INDEX  # (B, T)
     # Select the labelled positions first: whatever a PAD query position holds (even inf or
     # NaN) reaches neither the sums nor the gradient; multiplying by a 0/1 mask would not

@@ -11,14 +11,24 @@ import pytest
 import torch
 
 from seqcore.artifacts.predictions import PredictionRow
-from seqcore.artifacts.tokenizer_contract import SideContract, TextNormalization, TokenizerContract
-from seqcore.config import ModelConfig, RNNConfig, SequenceConfig, TrainConfig, TransformerConfig
+from seqcore.artifacts.tokenizer_contract import (
+    SideContract,
+    TextNormalization,
+    TokenizerContract,
+)
+from seqcore.config import (
+    ModelConfig,
+    RNNConfig,
+    SequenceConfig,
+    TrainConfig,
+    TransformerConfig,
+)
 from seqcore.contract import SpecialIds
-from seqcore.data.documents import CharVocab, Document, split_documents
 from seqcore.data.examples import Example
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
-from seqcore.models.rnn_lm import RNNLM, RNNLMShape
+from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
+from seqcore.tasks.lm.model import RNNLM, RNNLMShape
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop

@@ -17,18 +17,27 @@ import torch
 from seqcore.artifacts.base import ArtifactError
 from seqcore.artifacts.coverage import Coverage, SideVocab, SplitCoverage, UnkStats
 from seqcore.artifacts.manifests import (
-    EncodedManifest, PrepareCounts, PreparedManifest, RawSource, SplitCounts)
+    EncodedManifest,
+    PrepareCounts,
+    PreparedManifest,
+    RawSource,
+    SplitCounts,
+)
 from seqcore.artifacts.model_file import LMInfo, ModelFile, ModelInfo, ModelMeta
 from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.tokenizer_contract import (
-    RoundTrip, SideContract, TextNormalization, TokenizerContract)
+    RoundTrip,
+    SideContract,
+    TextNormalization,
+    TokenizerContract,
+)
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import ModelConfig, TransformerConfig
 from seqcore.contract import SpecialIds
-from seqcore.models.rnn_lm import RNNLMShape
+from seqcore.tasks.lm.model import RNNLMShape
 from tests.factories import REPO
 
 CONTRACT = TokenizerContract(

@@ -27,9 +27,9 @@ from seqcore.losses import LossNorm
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.models.transformer import Transformer
 from seqcore.sequences import Batch, make_batch
+from seqcore.tasks.lm.feed import LMFeed
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.lm import LMFeed
 from seqcore.training.loop import StepLog, TrainLoop
 from tests.factories import IDS, examples, tiny_lm, tiny_model
 

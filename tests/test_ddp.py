@@ -28,12 +28,11 @@ import yaml
 
 from seqcore.config import ConfigError, SequenceConfig, TrainConfig, config_from_dict
 from seqcore.data.batching import BucketSampler, epoch_batches
+from seqcore.determinism import DeviceUnavailable, resolve_device, set_determinism
+from seqcore.tasks.lm.feed import LMFeed
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.determinism import DeviceUnavailable, resolve_device
 from seqcore.training.distributed import World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.lm import LMFeed
-from seqcore.determinism import set_determinism
 from seqcore.training.loop import TrainLoop
 from tests.factories import IDS, examples, tiny_lm, tiny_model
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env

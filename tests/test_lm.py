@@ -10,16 +10,21 @@ import torch
 
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.contract import IGNORE_INDEX
-from seqcore.data.batching import Segment, StreamBatcher
-from seqcore.data.documents import (
-    CharVocab, Document, cmudict_documents, read_documents, split_documents)
 from seqcore.metrics.bootstrap import Resampling
-from seqcore.models.rnn_lm import RNNLM, reset_state
+from seqcore.tasks.lm.documents import (
+    CharVocab,
+    Document,
+    cmudict_documents,
+    read_documents,
+    split_documents,
+)
 from seqcore.tasks.lm.evaluate import interval_metrics, report_markdown, signed_result
+from seqcore.tasks.lm.feed import LMFeed, StreamNLL, lm_nll, segment_loss, stream_nll
+from seqcore.tasks.lm.model import RNNLM, reset_state
+from seqcore.tasks.lm.setup import lm_report, lm_setup
+from seqcore.tasks.lm.streams import Segment, StreamBatcher
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.lm import LMFeed, StreamNLL, lm_nll, segment_loss, stream_nll
 from seqcore.training.loop import TrainLoop
-from seqcore.training.setups import lm_report, lm_setup
 from tests.factories import IDS, document_nll, tiny_lm
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)

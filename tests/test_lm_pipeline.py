@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seqcore.data.documents import cmudict_documents
+from seqcore.tasks.lm.documents import cmudict_documents
 from tests.factories import REPO, model_file_perplexities
 
 pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess

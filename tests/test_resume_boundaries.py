@@ -19,13 +19,21 @@ import pytest
 import torch
 
 from seqcore.config import TrainConfig
-from seqcore.data.batching import SamplerState, StreamState
+from seqcore.data.batching import SamplerState
+from seqcore.tasks.lm.feed import LMFeed
+from seqcore.tasks.lm.streams import StreamState
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.lm import LMFeed
 from seqcore.training.loop import TooManySkippedSteps, TrainLoop, TrainState
 from tests.factories import (
-    IDS, S2S_SEED, document_nll, examples, kill_after, s2s_loop, tiny_lm)
+    IDS,
+    S2S_SEED,
+    document_nll,
+    examples,
+    kill_after,
+    s2s_loop,
+    tiny_lm,
+)
 
 SEED = S2S_SEED  # train.seed: the sampler's and the streams' shuffles
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from seqcore.config import Config, config_from_dict
-from seqcore.data.documents import Document
 from seqcore.signature import contract_fields, parse_signature
 from seqcore.tasks import PIECE_STAGES, TASKS, Task, TaskError, get_task
 from seqcore.tasks.lm.corpus import lm_corpus
-from seqcore.training.setups import lm_setup
+from seqcore.tasks.lm.documents import Document
+from seqcore.tasks.lm.setup import lm_setup
 from tests.factories import CONTRACT, REPO
 
 LM = {"task": "lm", "model": {"family": "gru", "rnn": {"embed_dim": 4, "hidden": 8}},

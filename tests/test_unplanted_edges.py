@@ -22,12 +22,7 @@ import torch
 
 from seqcore.blobs import save_blob
 from seqcore.contract import IGNORE_INDEX
-from seqcore.data.batching import (
-    BucketSampler,
-    StreamBatcher,
-    StreamState,
-    epoch_batches,
-)
+from seqcore.data.batching import BucketSampler, epoch_batches
 from seqcore.data.examples import Example
 from seqcore.decoding import beam
 from seqcore.decoding.beam import BeamSettings, _Pool
@@ -58,6 +53,7 @@ from seqcore.metrics.bootstrap import (
     row_matrix,
 )
 from seqcore.sequences import Batch, TeacherForcing, make_batch
+from seqcore.tasks.lm.streams import StreamBatcher, StreamState
 from tests.factories import IDS, tiny_model
 
 

@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 import torch
 
 from seqcore.artifacts.base import check_version, fields_error
+from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
 from seqcore.config import ModelConfig, as_dict, config_from_dict
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
-from seqcore.models.rnn_lm import RNNLMShape
-from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
+from seqcore.tasks.lm.model import RNNLMShape
 
 
 @dataclass(frozen=True)

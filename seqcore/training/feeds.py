@@ -4,7 +4,7 @@ A feed owns the data cursor (its ``state_dict`` goes into the checkpoint), draws
 micro-batch at a time, says how many units (tokens or sequences) a micro-batch contributes to
 the loss denominator, and returns the *summed* loss of a micro-batch; the loop divides by the
 denominator of the whole accumulated batch. ``Seq2SeqFeed`` serves encoder-decoder tasks
-(g2p, parallel); ``seqcore.training.lm.LMFeed`` serves the stateful language model.
+(g2p, parallel); ``seqcore.tasks.lm.feed.LMFeed`` serves the stateful language model.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import Batch, make_batch, teacher_forced_passes
-from seqcore.training.scheduled_sampling import mix_model_tokens
 from seqcore.training.distributed import World
+from seqcore.training.scheduled_sampling import mix_model_tokens
 
 CPU = torch.device("cpu")
 

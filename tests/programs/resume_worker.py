@@ -24,9 +24,9 @@ import torch
 
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.determinism import set_determinism
+from seqcore.tasks.lm.feed import LMFeed
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.lm import LMFeed
 from seqcore.training.loop import TrainLoop
 from tests.factories import IDS, examples, tiny_lm, tiny_model
 

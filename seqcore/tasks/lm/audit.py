@@ -8,13 +8,13 @@ imports this module.
 
 from __future__ import annotations
 
-from seqcore.audit import json_diffs, nonblank_lines, same_value_diffs
 from seqcore.artifacts.result_files import ResultFiles
+from seqcore.audit import json_diffs, nonblank_lines, same_value_diffs
 from seqcore.config import Config
 from seqcore.hashing import sha256_file
 from seqcore.tasks.lm.corpus import lm_documents
 from seqcore.tasks.lm.evaluate import signed_result
-from seqcore.training.setups import lm_setup
+from seqcore.tasks.lm.setup import lm_setup
 
 
 def contract_diffs(cfg: Config, files: ResultFiles) -> list[str]:

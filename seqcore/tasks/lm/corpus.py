@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from seqcore.config import Config
-from seqcore.data.documents import Corpus, Document, read_corpus
 from seqcore.data.records import BadRowError
 from seqcore.tasks import TaskError
+from seqcore.tasks.lm.documents import Corpus, Document, read_corpus
 
 
 def lm_corpus(cfg: Config) -> Corpus:

@@ -12,7 +12,6 @@ from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
-from seqcore.data.documents import Document
 from seqcore.hashing import digest, sha256_file
 from seqcore.metrics.bootstrap import Resampling, document_interval
 from seqcore.metrics.recompute import resampling
@@ -21,10 +20,10 @@ from seqcore.nulls import null_undefined
 from seqcore.signature import parse_signature, result_signature
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.tasks.lm.corpus import lm_documents
+from seqcore.tasks.lm.documents import Document
+from seqcore.tasks.lm.feed import StreamNLL
+from seqcore.tasks.lm.setup import lm_report, lm_setup
 from seqcore.training.distributed import checkpoint_folder_name
-from seqcore.training.lm import StreamNLL
-from seqcore.training.setups import lm_report, lm_setup
-
 
 #: What the lm intervals resample (the ``by`` field of their signature; the pair tasks'
 #: is ``group``).
@@ -76,7 +75,7 @@ def interval_metrics(held_out: dict[str, StreamNLL], r: Resampling) -> dict[str,
 
 
 def derived_params(cfg: Config) -> dict[str, str]:
-    """The lm task's rules fixed by code (seqcore/training/lm.py, StreamBatcher), as the
+    """The lm task's rules fixed by code (seqcore/tasks/lm/feed.py, StreamBatcher), as the
     MLflow run states them (``Task.derived_params``): a stream of documents, not pairs."""
     tr, seq = cfg.train, cfg.sequence
     return {

@@ -8,8 +8,9 @@ from seqcore.config import Config
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import StageIO
 from seqcore.tasks.lm.corpus import lm_corpus
+from seqcore.tasks.lm.setup import lm_setup
 from seqcore.training.distributed import World
-from seqcore.training.setups import Setup, lm_setup
+from seqcore.training.setups import Setup
 
 
 def training_setup(cfg: Config, io: StageIO, device: torch.device, world: World) -> Setup:

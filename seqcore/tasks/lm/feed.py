@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from seqcore.contract import IGNORE_INDEX, SpecialIds
-from seqcore.data.batching import Segment, StreamBatcher, StreamState
 from seqcore.losses import LossNorm, LossSum, labelled_nll, sequence_loss
-from seqcore.models.rnn_lm import RNNLM, LMState, detach_state, reset_state
+from seqcore.tasks.lm.model import RNNLM, LMState, detach_state, reset_state
+from seqcore.tasks.lm.streams import Segment, StreamBatcher, StreamState
 from seqcore.training.distributed import World
 
 
