@@ -28,8 +28,7 @@ from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
-from seqcore.blobs import load_blob
-from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.checkpoint import Checkpoint, CheckpointDir
 
 #: Stages redone by the default audit, in pipeline order.
 REDERIVED: dict[str, Callable[[Config], Any]] = {
@@ -110,8 +109,8 @@ def training_diffs(cfg: Config, meta: ModelMeta, folder: Path) -> list[str]:
     if not ckpt.numbered():
         raise FileNotFoundError(f"no checkpoint in {ckpt.root}")
     last_path = ckpt.numbered()[-1]
-    last = load_blob(last_path)
-    st, history = last["state"], last["history"]
+    last = Checkpoint.load(last_path)
+    st, history = last.progress, last.history
     sides = (f"file {log_path}", f"checkpoint {last_path}")
     rows = TrainLog.load(log_path).cells()  # the text of each cell, as written
     diffs = [] if len(rows) == len(history) else [
@@ -125,20 +124,20 @@ def training_diffs(cfg: Config, meta: ModelMeta, folder: Path) -> list[str]:
             break
     selected = ckpt.root / "best.pt" if cfg.train.select == "best_dev" and \
         (ckpt.root / "best.pt").exists() else last_path
-    chosen = load_blob(selected) if selected != last_path else last
-    want = {"steps": st["step"], "tokens": st["tokens"], "skipped_steps": st["skipped"],
-            "best_step": st["best_step"], "best_dev_nll": _finite(st["best_dev"]),
+    chosen = Checkpoint.load(selected) if selected != last_path else last
+    want = {"steps": st.step, "tokens": st.tokens, "skipped_steps": st.skipped,
+            "best_step": st.best_step, "best_dev_nll": _finite(st.best_dev),
             "final_loss": StepLog(*history[-1]).loss if history else None,
-            "selected_step": chosen["state"]["step"]}
+            "selected_step": chosen.step}
     diffs += [f"{tm_path}: field {k}: file has {a!r}, checkpoints and model file give {b!r}"
               for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
     meta_want = {k: want[k] for k in ("best_step", "best_dev_nll", "selected_step")}
-    meta_want["step"] = st["step"]
+    meta_want["step"] = st.step
     have = {"best_step": meta.best_step, "best_dev_nll": meta.best_dev_nll,
             "selected_step": meta.selected_step, "step": meta.step}
     diffs += [f"model file meta: field {k}: model file has {a!r}, checkpoints give {b!r}"
               for k, a, b in field_differences(have, meta_want)]
-    weights, kept = ModelFile.load(cfg.paths.model).weights, chosen["model"]
+    weights, kept = ModelFile.load(cfg.paths.model).weights, chosen.weights
     off = sorted(set(weights) ^ set(kept)) + [
         k for k in kept if k in weights and not torch.equal(weights[k], kept[k])]
     if off:

@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from pipeline.task_io import PipelineIO
-from seqcore.blobs import load_blob
 from seqcore.config import Config, load_config
 from seqcore.determinism import resolve_device, set_determinism
 from seqcore.ledger import (
@@ -37,7 +36,7 @@ from seqcore.ledger import (
 from seqcore.tasks import get_task
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
-    CheckpointDir, ContractMismatch, ledger_files, step_of)
+    Checkpoint, CheckpointDir, ContractMismatch, ledger_files, step_of)
 from seqcore.training.distributed import WorldMismatch
 from seqcore.training.loop import TrainLoop
 
@@ -64,7 +63,7 @@ def replay_first_state(cfg: Config, ledger: Path) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="audit-replay-") as tmp:
         trainer = _trainer(replace(cfg, train=replace(cfg.train, resume="fresh")), Path(tmp))
         trainer.resume()
-        diff = state_difference(first, trainer.payload())
+        diff = state_difference(first, trainer.checkpoint().payload)
     return [] if diff is None else [
         f"state before the first step: {first} and the state rebuilt from the seed differ at "
         f"{diff}"]
@@ -95,17 +94,17 @@ def replay_segment(cfg: Config, segment: Segment) -> list[str]:
         with contextlib.suppress(_Reached):
             trainer.run(lambda entry, tokens_per_s: None)
         diffs = []
-        diff = state_difference(segment.end, trainer.payload())
+        diff = state_difference(segment.end, trainer.checkpoint().payload)
         if diff:
             diffs.append(f"{segment.label()}: the replay on the declared data and params "
                          f"differs from {segment.end} at {diff}")
         best, replayed_best = segment.end.parent / "best.pt", Path(tmp) / "best.pt"
         if replayed_best.exists() and best.exists() and \
                 best.read_bytes() != replayed_best.read_bytes():
-            kept, again = load_blob(best), load_blob(replayed_best)
-            if kept["state"]["step"] == again["state"]["step"]:  # the same best, replayed
+            kept, again = Checkpoint.load(best), Checkpoint.load(replayed_best)
+            if kept.step == again.step:  # the same best, replayed
                 diffs.append(f"{segment.label()}: the best state replayed differs from {best} "
-                             f"at {first_difference(kept, again) or 'the bytes'}")
+                             f"at {first_difference(kept.payload, again.payload) or 'the bytes'}")
     return diffs
 
 
@@ -114,7 +113,7 @@ def best_segment(segments: list[Segment]) -> int | None:
     best = segments[-1].end.parent / "best.pt" if segments else None
     if best is None or not best.exists():
         return None
-    step = load_blob(best)["state"]["step"]
+    step = Checkpoint.load(best).step
     return next((s.index for s in segments if step_of(s.start) < step <= step_of(s.end)), None)
 
 

@@ -29,7 +29,7 @@ from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.training import distributed
 from seqcore.training.checkpoint import CheckpointDir, ledger_files, step_of
-from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world, stored_world
+from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
 
@@ -53,11 +53,11 @@ def refuse_other_world(cfg: Config) -> None:
     if cfg.train.nproc == 1 or distributed.under_torchrun() or cfg.train.resume != "auto":
         return
     setup = build(cfg, torch.device("cpu"), distributed.World())
-    folder = Path(cfg.paths.checkpoints) / distributed.checkpoint_folder_name(setup.contract)
+    folder = distributed.checkpoint_folder(cfg.paths.checkpoints, setup.contract)
     found = CheckpointDir(folder, cfg.train.keep_last).latest_good() if folder.is_dir() else None
     if found is not None:
         try:
-            check_world(stored_world(found.payload), cfg.train.nproc,
+            check_world(found.checkpoint.world, cfg.train.nproc,
                         device_kind(cfg.train.device), found.path)
         except distributed.WorldMismatch as err:
             sys.exit(f"[train] {err}")
@@ -150,15 +150,15 @@ def main() -> None:
     cfg = load(__doc__)
     world, device = start(cfg)
     setup = build(cfg, device, world)
-    folder = distributed.checkpoint_folder_name(setup.contract)
+    folder = distributed.checkpoint_folder(cfg.paths.checkpoints, setup.contract)
     if world.main:
-        old = adopt_migrated_folder(Path(cfg.paths.checkpoints), folder, setup.contract)
+        old = adopt_migrated_folder(folder.parent, folder.name, setup.contract)
         if old:
             print(f"[train] {cfg.paths.checkpoints}/{old} holds this run under an older "
                   f"training-contract format (its guard keys are no contract keys now): "
-                  f"renamed to {folder}", file=sys.stderr)
+                  f"renamed to {folder.name}", file=sys.stderr)
     distributed.barrier(world)
-    ckpt = CheckpointDir(Path(cfg.paths.checkpoints) / folder, cfg.train.keep_last)
+    ckpt = CheckpointDir(folder, cfg.train.keep_last)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,
                         world)
     try:
@@ -193,11 +193,11 @@ def main() -> None:
             raise SystemExit(130) from None
     best = ckpt.best_weights(state.best_step) if cfg.train.select == "best_dev" else None
     if best is not None:
-        setup.model.load_state_dict(best.payload["model"])
+        setup.model.load_state_dict(best.checkpoint.weights)
     elif cfg.train.select == "best_dev" and state.best_step:
         print(f"warning: no usable checkpoint of best step {state.best_step}; the model file "
               f"holds step {state.step} (the last)", file=sys.stderr)
-    selected_step = best.payload["state"]["step"] if best is not None else state.step
+    selected_step = best.checkpoint.step if best is not None else state.step
     meta = ModelMeta(setup.signature, state.step, cfg.train.select, selected_step,
                      state.best_step, finite(state.best_dev), setup.contract)
     sha = setup.save(Path(cfg.paths.model), meta)

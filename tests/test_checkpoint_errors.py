@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
-from seqcore.training.checkpoint import SCHEMA_VERSION, CheckpointDir
+from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint, CheckpointDir
 
 
-def payload(step: int, value: float) -> dict:
-    return {"schema": SCHEMA_VERSION, "model": {"w": torch.full((2,), value)},
-            "state": {"step": step}}
+def checkpoint_at(step: int, value: float) -> Checkpoint:
+    return Checkpoint({"schema": SCHEMA_VERSION, "model": {"w": torch.full((2,), value)},
+                       "state": {"step": step}})
 
 
 class _NotAllowed:
@@ -27,12 +27,12 @@ def test_corrupt_best_falls_back_to_the_numbered_checkpoint_of_the_best_step(
 ) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=3)
     for step in (3, 6):
-        ckpt.save(step, payload(step, float(step)))
-    best = ckpt.save_best(payload(3, 3.0))
+        ckpt.save(step, checkpoint_at(step, float(step)))
+    best = ckpt.save_best(checkpoint_at(3, 3.0))
     assert ckpt.best_weights(3).path == best
     best.write_bytes(best.read_bytes()[:100])  # truncated
     found = ckpt.best_weights(3)
-    assert found.path.name == "ckpt-00000003.pt" and found.payload["model"]["w"][0] == 3.0
+    assert found.path.name == "ckpt-00000003.pt" and found.checkpoint.weights["w"][0] == 3.0
     err = capsys.readouterr().err
     assert err.startswith(f"warning: skipping unusable checkpoint {best}: sha256 ")
     assert err.endswith("(truncated or corrupted)\n") and err.count("\n") == 1
@@ -42,7 +42,8 @@ def test_unusable_best_without_a_numbered_copy_gives_none_and_a_warning(
     tmp_path: Path, capsys: pytest.CaptureFixture,
 ) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=1)
-    best = ckpt.save_best({**payload(3, 3.0), "schema": SCHEMA_VERSION - 1})
+    best = ckpt.save_best(
+        Checkpoint({**checkpoint_at(3, 3.0).payload, "schema": SCHEMA_VERSION - 1}))
     assert ckpt.best_weights(3) is None
     assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
                                        f"schema {SCHEMA_VERSION - 1} != {SCHEMA_VERSION}\n")

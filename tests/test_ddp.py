@@ -30,7 +30,7 @@ from seqcore.config import ConfigError, SequenceConfig, TrainConfig, config_from
 from seqcore.data.batching import BucketSampler, epoch_batches
 from seqcore.determinism import DeviceUnavailable, resolve_device, set_determinism
 from seqcore.tasks.lm.feed import LMFeed
-from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.checkpoint import Checkpoint, CheckpointDir
 from seqcore.training.distributed import World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
@@ -148,7 +148,7 @@ def test_a_checkpoint_from_another_world_or_device_kind_is_refused_in_one_line(
     first.ckpt = CheckpointDir(tmp_path, 2)
     first.resume()
     first.train_step()
-    first.ckpt.save(1, {**first.payload(), "world": stored})
+    first.ckpt.save(1, Checkpoint({**first.checkpoint().payload, "world": stored}))
     again = _setup("s2s", 1, World())
     again.ckpt = CheckpointDir(tmp_path, 2)
     with pytest.raises(WorldMismatch, match=message) as err:

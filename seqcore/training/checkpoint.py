@@ -73,11 +73,95 @@ def rng_restore(state: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """The loop's counters at a checkpoint (``TrainState`` without the history)."""
+
+    step: int
+    tokens: int
+    skipped: int
+    consecutive_skips: int
+    best_dev: float
+    best_step: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One training state as its file holds it, read through named fields (issue 26).
+
+    ``payload`` is the file's content: plain containers and tensors, keys in the order
+    ``TrainLoop.checkpoint`` builds them (the order is part of the bytes a resumed run
+    reproduces). Nothing else reads a checkpoint by key; the audit's ledger comparison
+    (seqcore.ledger) compares whole payloads.
+    """
+
+    payload: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint:
+        """Read a checkpoint file: its sha256 sidecar checked, loaded weights-only, its schema
+        version this code's.
+
+        Raises:
+            UnusableCheckpoint: one line naming the file and what is wrong with it.
+        """
+        payload = load_blob(Path(path))
+        if payload.get("schema") != SCHEMA_VERSION:
+            raise UnusableCheckpoint(f"{path}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
+        return cls(payload)
+
+    def save(self, path: Path) -> str:
+        """Write atomically (canonical form) with its sha256 sidecar; returns the hash."""
+        return save_blob(Path(path), self.payload)
+
+    @property
+    def step(self) -> int:
+        return self.payload["state"]["step"]
+
+    @property
+    def progress(self) -> Progress:
+        st = self.payload["state"]
+        return Progress(st["step"], st["tokens"], st["skipped"], st["consecutive_skips"],
+                        st["best_dev"], st["best_step"])
+
+    @property
+    def history(self) -> list[list[Any]]:
+        """The training log's rows so far, as values in ``LOG_COLUMNS`` order."""
+        return self.payload["history"]
+
+    @property
+    def weights(self) -> dict[str, torch.Tensor]:
+        return self.payload["model"]
+
+    @property
+    def optimizer(self) -> dict[str, Any]:
+        return self.payload["optimizer"]
+
+    @property
+    def scaler(self) -> dict[str, Any]:
+        return self.payload["scaler"]
+
+    @property
+    def contract(self) -> dict[str, Any]:
+        """The training contract the state was trained under (as stored: the reader migrates)."""
+        return self.payload.get("contract", {})
+
+    @property
+    def world(self) -> dict[str, Any]:
+        """The world that wrote it: ``size``, ``device_kind`` (before issue 16: one CPU process)."""
+        return self.payload.get("world", {"size": 1, "device_kind": "cpu"})
+
+    def rank_state(self, rank: int) -> dict[str, Any]:
+        """Rank ``rank``'s data cursor (``data``), ``generator`` and ``rng`` states (a
+        multi-process checkpoint holds one of each per rank)."""
+        return self.payload["ranks"][rank] if self.world["size"] > 1 else self.payload
+
+
+@dataclass(frozen=True)
 class Found:
     """The checkpoint chosen for resuming, and any newer ones that failed verification."""
 
     path: Path
-    payload: dict[str, Any]
+    checkpoint: Checkpoint
     skipped: list[str]
 
 
@@ -98,17 +182,17 @@ class CheckpointDir:
         found = [p for p in self.root.iterdir() if _NAME.match(p.name)]
         return sorted(found, key=lambda p: p.name)
 
-    def save(self, step: int, payload: dict[str, Any]) -> Path:
+    def save(self, step: int, checkpoint: Checkpoint) -> Path:
         path = self.root / f"ckpt-{step:08d}.pt"
-        save_blob(path, payload)
+        checkpoint.save(path)
         for old in self.numbered()[: -self.keep_last or None]:
             old.unlink()
             old.with_name(old.name + ".sha256").unlink(missing_ok=True)
         return path
 
-    def save_ledger(self, step: int, payload: dict[str, Any]) -> Path:
+    def save_ledger(self, step: int, checkpoint: Checkpoint) -> Path:
         path = self.ledger / f"ckpt-{step:08d}.pt"
-        save_blob(path, payload)
+        checkpoint.save(path)
         return path
 
     def remove_partial(self) -> list[str]:
@@ -128,9 +212,9 @@ class CheckpointDir:
             path.unlink(missing_ok=True)
             path.with_name(path.name + ".sha256").unlink(missing_ok=True)
 
-    def save_best(self, payload: dict[str, Any]) -> Path:
+    def save_best(self, checkpoint: Checkpoint) -> Path:
         path = self.root / "best.pt"
-        save_blob(path, payload)
+        checkpoint.save(path)
         return path
 
     def best_weights(self, best_step: int) -> Found | None:
@@ -142,13 +226,9 @@ class CheckpointDir:
             if not path.exists():
                 continue
             try:
-                payload = load_blob(path)
+                return Found(path, Checkpoint.load(path), skipped)
             except UnusableCheckpoint as err:
                 skipped.append(str(err))
-            else:
-                if payload.get("schema") == SCHEMA_VERSION:
-                    return Found(path, payload, skipped)
-                skipped.append(f"{path}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
             print(f"warning: skipping unusable checkpoint {skipped[-1]}", file=sys.stderr)
         return None
 
@@ -157,16 +237,11 @@ class CheckpointDir:
         skipped: list[str] = []
         for path in reversed(self.numbered()):
             try:
-                payload = load_blob(path)
+                return Found(path, Checkpoint.load(path), skipped)
             except Exception as err:  # noqa: BLE001 (any load failure means "not usable")
-                skipped.append(f"{path.name}: {err}")
-                print(f"warning: skipping unusable checkpoint {path}: {err}", file=sys.stderr)
-                continue
-            if payload.get("schema") != SCHEMA_VERSION:
-                skipped.append(f"{path.name}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
-                print(f"warning: skipping checkpoint {path}: {skipped[-1]}", file=sys.stderr)
-                continue
-            return Found(path, payload, skipped)
+                reason = str(err).removeprefix(f"{path}: ")
+                skipped.append(f"{path.name}: {reason}")
+                print(f"warning: skipping unusable checkpoint {path}: {reason}", file=sys.stderr)
         return None
 
 

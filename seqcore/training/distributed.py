@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,8 +34,14 @@ RUNTIME_KEYS = ("train.nproc", "train.backend", "train.device_kind")
 
 def checkpoint_folder_name(contract: dict[str, Any]) -> str:
     """The name of a run's checkpoint folder: a hash of its training contract less
-    ``RUNTIME_KEYS`` (train writes there; evaluate and the audit find it the same way)."""
+    ``RUNTIME_KEYS``."""
     return digest({k: v for k, v in contract.items() if k not in RUNTIME_KEYS})[:12]
+
+
+def checkpoint_folder(checkpoints: str | Path, contract: dict[str, Any]) -> Path:
+    """A run's checkpoint folder under ``paths.checkpoints``: the one way to find it (train
+    writes there, evaluate records it in results.json, where the audit reads it)."""
+    return Path(checkpoints) / checkpoint_folder_name(contract)
 
 
 class WorldMismatch(RuntimeError):

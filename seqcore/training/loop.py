@@ -37,7 +37,7 @@ from seqcore.config import TrainConfig
 from seqcore.signature import migrated_contract
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
-    SCHEMA_VERSION, CheckpointDir, check_contract, rng_restore, rng_snapshot)
+    SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, rng_restore, rng_snapshot)
 from seqcore.training.feeds import Feed
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
@@ -97,7 +97,7 @@ class TrainLoop:
         self.on_step: Callable[[int], None] = lambda step: None
 
     # -- checkpoints ---------------------------------------------------------------------
-    def payload(self) -> dict[str, Any]:
+    def checkpoint(self) -> Checkpoint:
         """Everything needed to continue bit-for-bit, as plain containers and tensors.
 
         Checkpoints are taken at step boundaries only, so the position inside an
@@ -108,7 +108,7 @@ class TrainLoop:
         ranks = {"ranks": distributed.gather_objects(self.world, {
             "data": {**self.feed.state_dict(), "micro": 0}, "generator": self.gen.get_state(),
             "rng": rng_snapshot()})} if self.world.size > 1 else {}
-        return {
+        return Checkpoint({
             "world": {"size": self.world.size, "backend": self.world.backend,
                       "device_kind": self.device.type}, **ranks,
             "schema": SCHEMA_VERSION, "model": self.model.state_dict(),
@@ -120,7 +120,7 @@ class TrainLoop:
                       "consecutive_skips": s.consecutive_skips, "best_dev": s.best_dev,
                       "best_step": s.best_step, "select": self.cfg.select},
             "history": [h.row() for h in s.history], "contract": self.contract,
-        }
+        })
 
     def resume(self) -> str | None:
         """Load the newest good checkpoint if any; returns its name (None = fresh start).
@@ -139,25 +139,25 @@ class TrainLoop:
             if self.world.main:
                 self.ckpt.clear()
             distributed.broadcast_module(self.world, self.model)
-            payload = self.payload()  # the ledger's first state: before any step (a barrier)
+            first = self.checkpoint()  # the ledger's first state: before any step (a barrier)
             if self.world.main:
-                self.ckpt.save_ledger(0, payload)
+                self.ckpt.save_ledger(0, first)
             return None
-        p = found.payload
-        check_world(stored_world(p), self.world.size, self.device.type, found.path)
-        check_contract(*({k: v for k, v in c.items() if k not in distributed.RUNTIME_KEYS}
-                         for c in (migrated_contract(p["contract"]), self.contract)),
+        c = found.checkpoint
+        check_world(c.world, self.world.size, self.device.type, found.path)
+        check_contract(*({k: v for k, v in contract.items() if k not in distributed.RUNTIME_KEYS}
+                         for contract in (migrated_contract(c.contract), self.contract)),
                        str(found.path))
-        self.model.load_state_dict(p["model"])
-        self.opt.load_state_dict(p["optimizer"])
-        self.scaler.load_state_dict(p["scaler"])
-        mine = p["ranks"][self.world.rank] if self.world.size > 1 else p
+        self.model.load_state_dict(c.weights)
+        self.opt.load_state_dict(c.optimizer)
+        self.scaler.load_state_dict(c.scaler)
+        mine = c.rank_state(self.world.rank)
         self.feed.load_state_dict(mine["data"])
         self.gen.set_state(mine["generator"])
         rng_restore(mine["rng"])
-        st = p["state"]
-        self.state = TrainState(st["step"], st["tokens"], st["skipped"], st["consecutive_skips"],
-                                st["best_dev"], st["best_step"], [StepLog(*r) for r in p["history"]])
+        st = c.progress
+        self.state = TrainState(st.step, st.tokens, st.skipped, st.consecutive_skips,
+                                st.best_dev, st.best_step, [StepLog(*r) for r in c.history])
         distributed.barrier(self.world)
         return found.path.name
 
@@ -249,12 +249,12 @@ class TrainLoop:
         ledger = last or (every > 0 and step % every == 0)
         if not (numbered or ledger):
             return
-        payload = self.payload()  # gathers every rank's state: a barrier
+        state = self.checkpoint()  # gathers every rank's state: a barrier
         if self.world.main:
             if numbered:
-                self.ckpt.save(step, payload)
+                self.ckpt.save(step, state)
             if ledger:
-                self.ckpt.save_ledger(step, payload)
+                self.ckpt.save_ledger(step, state)
 
     def _maybe_evaluate(self, entry: StepLog) -> StepLog:
         """The entry with its dev NLL on an evaluation step (and a new best checkpoint)."""
@@ -271,15 +271,10 @@ class TrainLoop:
         if dev_nll < s.best_dev:
             s.best_dev, s.best_step = dev_nll, s.step
             if self.cfg.select == "best_dev":
-                payload = self.payload()
+                best = self.checkpoint()
                 if self.world.main:
-                    self.ckpt.save_best(payload)
+                    self.ckpt.save_best(best)
         return replace(entry, dev_nll=dev_nll)
-
-
-def stored_world(payload: dict[str, Any]) -> dict[str, Any]:
-    """The world a checkpoint was written by (before issue 16: one CPU process)."""
-    return payload.get("world", {"size": 1, "device_kind": "cpu"})
 
 
 def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) -> None:
@@ -310,7 +305,7 @@ def adopt_migrated_folder(root: Path, name: str, contract: dict[str, Any]) -> st
     want = {k: v for k, v in contract.items() if k not in distributed.RUNTIME_KEYS}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         found = CheckpointDir(folder, 1).latest_good()
-        stored = found.payload.get("contract", {}) if found else {}
+        stored = found.checkpoint.contract if found else {}
         runtime = distributed.RUNTIME_KEYS
         if stored is not migrated_contract(stored) and want == {
                 k: v for k, v in migrated_contract(stored).items() if k not in runtime}:

@@ -23,7 +23,7 @@ from seqcore.tasks.lm.corpus import lm_documents
 from seqcore.tasks.lm.documents import Document
 from seqcore.tasks.lm.feed import StreamNLL
 from seqcore.tasks.lm.setup import lm_report, lm_setup
-from seqcore.training.distributed import checkpoint_folder_name
+from seqcore.training.distributed import checkpoint_folder
 
 #: What the lm intervals resample (the ``by`` field of their signature; the pair tasks'
 #: is ``group``).
@@ -47,7 +47,7 @@ def evaluate_lm(cfg: Config, docs: list[Document], model_path: Path) -> dict[str
     setup.model.load_state_dict(saved.weights)
     setup.model.eval()
     contract = saved.meta.training_contract
-    folder = Path(cfg.paths.checkpoints) / checkpoint_folder_name(contract)
+    folder = checkpoint_folder(cfg.paths.checkpoints, contract)
     signed = signed_result(cfg, saved.meta.signature, contract, sha256_file(model_path))
     held_out = setup.held_out()
     return {"signature": saved.meta.signature, "result_signature": signed,

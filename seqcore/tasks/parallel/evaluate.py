@@ -37,7 +37,7 @@ from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.signature import result_signature
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import Evaluated, StageIO
-from seqcore.training.distributed import checkpoint_folder_name
+from seqcore.training.distributed import checkpoint_folder
 
 
 #: The target alphabet check of each pair task (None: the task has no fixed alphabet).
@@ -63,10 +63,11 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     result = evaluate_predictions(rows, eval_spec(cfg), tf[split])
     coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
     meta = ModelFile.load(cfg.paths.model).meta
+    folder = checkpoint_folder(cfg.paths.checkpoints, meta.training_contract)  # train's
     metrics = {"split": split, "signature": signed_result(cfg, sig, meta, header, result),
                "contract_signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
                "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
-               "checkpoints": checkpoint_folder(cfg, meta), **prediction_metrics(result),
+               "checkpoints": str(folder), **prediction_metrics(result),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
                **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result),
                **interval_metrics(cfg, result), **baseline_metrics(cfg, rows, result)}
@@ -204,8 +205,3 @@ def split_results(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     results.json, so `dvc exp show` and `dvc metrics diff` list numbers only."""
     texts = {k: v for k, v in values.items() if isinstance(v, str)}
     return {k: v for k, v in values.items() if k not in texts}, texts
-
-
-def checkpoint_folder(cfg: Config, meta: ModelMeta) -> str:
-    """The checkpoint folder the model came from (train keys it by its training contract)."""
-    return str(Path(cfg.paths.checkpoints) / checkpoint_folder_name(meta.training_contract))
