@@ -76,7 +76,7 @@ def read_pairs(
     parse = _PARSERS[fmt](keep_stress)
     seen: set[tuple[str, str]] = set()
     seen_ids: set[str] = set()
-    for lineno, text, fixes, utf8 in _lines(path):
+    for lineno, text, fixes, utf8 in read_lines(path):
         result.rejects += [Reject(name, lineno, fix, "", "altered") for fix in fixes]
         if not utf8:
             _reject(result, policy, Reject(name, lineno, "invalid-utf8", text))
@@ -114,8 +114,9 @@ def read_pairs(
     return result
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str, list[str], bool]]:
-    """Yield (line number, text, fixes applied, valid UTF-8) for each line.
+def read_lines(path: Path) -> Iterator[tuple[int, str, list[str], bool]]:
+    """Yield (line number, text, fixes applied, valid UTF-8) for each line: the one line
+    reader of the data policy (the pair readers here, the lm task's documents).
 
     Undecodable bytes are shown with backslash escapes. A final newline does not start an extra
     line. A BOM (U+FEFF) at the start of any line is stripped (files are sometimes

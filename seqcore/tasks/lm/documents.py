@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from seqcore.contract import SpecialIds
+from seqcore.data.readers import read_lines
 from seqcore.data.records import BadRowError, Reject
 
 
@@ -68,20 +69,17 @@ class _Line:
 
 def _decoded_lines(path: Path, name: str, policy: Literal["strict", "skip"],
                    rejects: list[Reject]) -> Iterator[_Line]:
-    """Each line of a file without its line end; a line that is not UTF-8 is a bad row
-    (strict: BadRowError naming file:line; skip: recorded in ``rejects`` and dropped)."""
-    lines = Path(path).read_bytes().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for lineno, raw in enumerate(lines, start=1):
-        raw = raw[:-1] if raw.endswith(b"\r") else raw
-        try:
-            yield _Line(name, lineno, raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            reject = Reject(name, lineno, "invalid-utf8", raw.decode("utf-8", "backslashreplace"))
-            if policy == "strict":
-                raise BadRowError(reject) from None
-            rejects.append(reject)
+    """Each line of a file as the pair readers read it (seqcore.data.readers.read_lines: no
+    line end, no BOM); a line that is not UTF-8 is a bad row (strict: BadRowError naming
+    file:line; skip: recorded in ``rejects`` and dropped)."""
+    for lineno, text, _, utf8 in read_lines(Path(path)):
+        if utf8:
+            yield _Line(name, lineno, text)
+            continue
+        reject = Reject(name, lineno, "invalid-utf8", text)
+        if policy == "strict":
+            raise BadRowError(reject)
+        rejects.append(reject)
 
 
 def _is_row(text: str, cmudict: bool) -> bool:
