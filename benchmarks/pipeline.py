@@ -45,8 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.audit_rebuild import copy_sources
 from pipeline.dvc_files import read_yaml12
+from pipeline.git_state import copy_checkout
 from seqcore.config import load_config
 
 #: Times evaluate's file work, the MLflow record and the logging, in the scratch copy.
@@ -96,7 +96,7 @@ def median_wall(cmd: list[str], cwd: Path, env: dict[str, str], repeats: int) ->
 def scratch_copy(dest: Path) -> None:
     """Sources, dvc.lock and every output dvc.lock lists, as a fresh git repository."""
     cfg = load_config("params.yaml")
-    copy_sources(dest, cfg)
+    copy_checkout(dest, extra=(Path(cfg.paths.raw), Path(cfg.paths.external)))
     shutil.copy2("dvc.lock", dest / "dvc.lock")
     for stage in read_yaml12(Path("dvc.lock"))["stages"].values():
         for out in stage.get("outs", []):
@@ -167,7 +167,10 @@ def synthetic_predictions(prepared: Path, dest: Path, error_rate: float, seed: i
     import random  # noqa: PLC0415
 
     from seqcore.artifacts.predictions import (  # noqa: PLC0415
-        PredictionRow, Predictions, PredictionsHeader)
+        PredictionRow,
+        Predictions,
+        PredictionsHeader,
+    )
 
     rng, rows = random.Random(seed), []
     for line in prepared.read_text(encoding="utf-8").splitlines():

@@ -17,27 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.dvc_lock import md5_file
 from pipeline.dvc_files import read_yaml12
-from pipeline.git_state import source_files
+from pipeline.dvc_lock import md5_file
+from pipeline.git_state import commit_copy, copy_checkout
 from seqcore.audit import stage_out_diffs
 from seqcore.config import Config
 
 
 def _tool(name: str) -> str:
     return shutil.which(name) or str(Path(sys.executable).with_name(name))
-
-
-def copy_sources(dest: Path, cfg: Config) -> None:
-    """Tracked and untracked-not-ignored files, the raw input and the external folder."""
-    extra = [Path(cfg.paths.raw), Path(cfg.paths.external)]
-    names = [Path(n) for n in source_files()] + [p for p in extra if p.exists()]
-    for name in names:
-        if name.is_dir():
-            shutil.copytree(name, dest / name, dirs_exist_ok=True, symlinks=True)
-        elif name.is_file() and name.as_posix() != "dvc.lock":
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(name, dest / name)
 
 
 def rebuild_diffs(cfg: Config, lock: dict[str, Any]) -> list[str]:
@@ -49,13 +37,10 @@ def rebuild_diffs(cfg: Config, lock: dict[str, Any]) -> list[str]:
                 f"{fetched[raw.as_posix()]}: not the locked raw input"]
     with tempfile.TemporaryDirectory(prefix="audit-rebuild-") as tmp:
         repo = Path(tmp) / "repo"
-        copy_sources(repo, cfg)
+        copy_checkout(repo, extra=(Path(cfg.paths.raw), Path(cfg.paths.external)))
         env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp}/mlflow.db",
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-        for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.name=audit", "-c", "user.email=audit@localhost",
-                     "commit", "-qm", "rebuild"]):
-            subprocess.run(cmd, cwd=repo, check=True, capture_output=True)
+        commit_copy(repo, "rebuild", "audit")
         start = time.perf_counter()
         res = subprocess.run([_tool("dvc"), "repro"], cwd=repo, env=env, capture_output=True,
                              text=True, check=False)

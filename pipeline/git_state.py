@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -51,3 +52,28 @@ def source_files(root: Path = Path()) -> list[str]:
                              "--exclude-standard"], cwd=root, capture_output=True,
                             check=True).stdout.decode().split("\0")
     return [name for name in listed if name and (root / name).is_file()]
+
+
+def copy_checkout(dest: Path, root: Path = Path(), leave_out: tuple[str, ...] = ("dvc.lock",),
+                  extra: tuple[Path, ...] = ()) -> None:
+    """Copy ``root``'s :func:`source_files` into ``dest`` (those equal to or under a
+    ``leave_out`` path excepted), then the ``extra`` files and folders (the raw input, which
+    DVC keeps out of git): the one repository copy of the audit's rebuild and the tests.
+    :func:`commit_copy` makes it a repository of its own."""
+    names = [n for n in source_files(root)
+             if not any(n == w or n.startswith(w.rstrip("/") + "/") for w in leave_out)]
+    for name in [*names, *(str(p) for p in extra if (root / p).exists())]:
+        src, out = root / name, dest / name
+        if src.is_dir():
+            shutil.copytree(src, out, dirs_exist_ok=True, symlinks=True)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out)
+
+
+def commit_copy(dest: Path, message: str, author: str) -> None:
+    """``git init`` in ``dest`` and commit everything git does not ignore, as ``author``."""
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", f"user.name={author}", "-c", f"user.email={author}@localhost",
+                 "commit", "-qm", message]):
+        subprocess.run(cmd, cwd=dest, check=True, capture_output=True)

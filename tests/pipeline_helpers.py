@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from pipeline.git_state import source_files
+from pipeline.git_state import commit_copy, copy_checkout
 from pipeline.record import param_items
 from pipeline.tracking import MAX_PARAMS_PER_BATCH
 from seqcore.artifacts.run_record import RunRecord
@@ -84,19 +84,12 @@ def copy_repo(dest: Path, overrides: dict | None = None) -> Path:
     """Copy the git-tracked (and untracked, not ignored) files into ``dest`` as a fresh git
     repo, with params.yaml overlaid by ``overrides``, and an empty MLflow store at the
     default ``mlflow.db`` (git ignores it; the first run logs into it as into a new one)."""
-    for name in source_files(REPO):
-        src = REPO / name
-        if not name.startswith(("tests/", "benchmarks/")):
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+    copy_checkout(dest, REPO, leave_out=("dvc.lock", "tests", "benchmarks"))
     params = yaml.safe_load((dest / "params.yaml").read_text())
     (dest / "params.yaml").write_text(yaml.safe_dump(merge(params, overrides or {}),
                                                      sort_keys=False))
-    (dest / "dvc.lock").unlink(missing_ok=True)
     shutil.copyfile(empty_mlflow_store(), dest / "mlflow.db")
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"]):
-        subprocess.run(cmd, cwd=dest, check=True)
+    commit_copy(dest, "copy", "t")
     return dest
 
 
