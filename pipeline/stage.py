@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from seqcore.config import Config, ConfigError, load_config, workspace_problem
+from seqcore.config import Config, ConfigError, load_config
+from seqcore.config_rules import workspace_problem
 from seqcore.errors import OneLineError
 from seqcore.signature import inherited_diff
 
@@ -36,7 +37,7 @@ def load(description: str) -> Config:
 
 def check_workspace(cfg: Config) -> None:
     """Stop with one line and exit status 2 when the workspace lacks what the params name
-    (seqcore.config.workspace_problem)."""
+    (seqcore.config_rules.workspace_problem)."""
     problem = workspace_problem(cfg)
     if problem:
         print(f"params.yaml: {problem}", file=sys.stderr)

@@ -13,7 +13,7 @@ import sys
 
 from pipeline.stage import check_workspace, load
 from pipeline.timing import record_stage
-from seqcore.config import ignored_settings
+from seqcore.config_rules import ignored_settings
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """Typed configuration: one frozen dataclass per params.yaml section, one loader.
 
 Defaults live here and only here. The loader rejects unknown keys, checks types and choices,
-the range of every number (seqcore.config_ranges) and cross-field rules; every error is one
-line naming the key, the value and the valid choices or range.
+the range of every number (seqcore.config_ranges) and the rules between keys and of the task
+(seqcore.config_rules); every error is one line naming the key, the value and the valid
+choices or range.
 """
 
 from __future__ import annotations
@@ -18,17 +19,9 @@ from typing import Any, Literal, NoReturn
 
 import yaml
 
-from seqcore.config_ranges import RANGES, in_range
+from seqcore.config_ranges import Problem, range_problems
+from seqcore.config_rules import problems
 from seqcore.errors import OneLineError
-from seqcore.credentials import has_credentials
-
-#: What train.device and decode.device accept.
-DEVICE_SPEC = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
-#: MLflow stores a run can be logged to and replayed into (``postgresql+psycopg`` counts as
-#: postgresql); anything else, a bare path included, is refused by validate.
-TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "file",
-                    "databricks")
-
 
 class ConfigError(OneLineError, ValueError):
     """A params.yaml value is missing, unknown, of the wrong type, out of range or inconsistent.
@@ -399,11 +392,18 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
 def _validated(raw: Any, source: str) -> Config:
     try:
         cfg = _build(Config, raw, where="")
-        _check_ranges(cfg)
-        _check(cfg)
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
+    # the first rule broken: a range (seqcore.config_ranges), then a rule between keys or of
+    # the task (seqcore.config_rules); each is evaluated only when those before it hold
+    problem = next(range_problems(flatten(as_dict(cfg))), None) or next(problems(cfg), None)
+    if problem is not None:
+        raise ConfigError(f"{source}: {problem.line or _problem_line(problem)}")
     return cfg
+
+
+def _problem_line(problem: Problem) -> str:
+    return f"{problem.key} = {_show(problem.value)}: {problem.allowed}"
 
 
 def registered_model_name(cfg: Config) -> str | None:
@@ -544,131 +544,3 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             _fail(where, value, f"expected {'a number' if hint is float else hint.__name__}")
         return value
     raise ConfigError(f"{where}: unsupported type {hint}")
-
-
-def _check_ranges(cfg: Config) -> None:
-    """Every numeric parameter within its RANGES interval (list parameters element-wise)."""
-    values = flatten(as_dict(cfg))
-    for key, interval in RANGES.items():
-        value = values[key]
-        items = value if isinstance(value, list) else [value]
-        for i, item in enumerate(items):
-            if isinstance(item, bool) or not isinstance(item, (int, float)):
-                continue  # a non-number (e.g. "auto") is the type checker's business
-            problem = in_range(item, interval)
-            if problem:
-                _fail(key + (f"[{i}]" if isinstance(value, list) else ""), item, problem)
-
-
-def _check(cfg: Config) -> None:
-    """Cross-field rules (each field is already within its range)."""
-    tok, data, dec, tr = cfg.tokenizer, cfg.data, cfg.decode, cfg.train
-    ids = [tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id]
-    if len(set(ids)) != 4:
-        _fail("tokenizer.pad_id/unk_id/bos_id/eos_id", ids, "must be distinct")
-    if data.dev_fraction + data.test_fraction >= 1:
-        raise ConfigError(f"data.dev_fraction + data.test_fraction = {data.dev_fraction} + "
-                          f"{data.test_fraction}: must be < 1")
-    if data.keep_stress and data.source != "cmudict":
-        _fail("data.keep_stress", True, "applies to data.source cmudict only (any other "
-              "source is read as it is: nothing to keep or strip)")
-    if data.source != "cmudict" and not data.path:
-        _fail("data.path", data.path, f"required when data.source is {data.source}")
-    _check_raw_name(cfg)
-    if dec.n_best > dec.beam_size and dec.strategy == "beam":
-        _fail("decode.n_best", dec.n_best, f"must be <= decode.beam_size ({dec.beam_size})")
-    if dec.min_len >= dec.max_len:
-        _fail("decode.min_len", dec.min_len, f"must be < decode.max_len ({dec.max_len})")
-    transformer = cfg.model.transformer
-    if transformer.d_model % transformer.n_heads:
-        _fail("model.transformer.d_model", transformer.d_model,
-              f"must be divisible by model.transformer.n_heads ({transformer.n_heads})")
-    edges = cfg.evaluate.bucket_edges
-    if edges != "auto" and list(edges) != sorted(set(edges)):
-        _fail("evaluate.bucket_edges", list(cfg.evaluate.bucket_edges),
-              "must be strictly increasing")
-    for side in ("src", "tgt"):
-        size = getattr(tok, f"{side}_vocab_size")
-        if isinstance(size, int) and max(ids) >= size:
-            name = ("pad_id", "unk_id", "bos_id", "eos_id")[ids.index(max(ids))]
-            _fail(f"tokenizer.{name}", max(ids), f"must be < tokenizer.{side}_vocab_size "
-                  f"({size}): SentencePiece ids run from 0 to the vocabulary size - 1")
-    if isinstance(tok.tgt_vocab_size, int) and any(t >= tok.tgt_vocab_size
-                                                   for t in dec.banned_tokens):
-        _fail("decode.banned_tokens", list(dec.banned_tokens),
-              f"ids must be < tokenizer.tgt_vocab_size ({tok.tgt_vocab_size})")
-    if tok.eos_id in dec.banned_tokens:
-        _fail("decode.banned_tokens", list(dec.banned_tokens),
-              f"must not contain tokenizer.eos_id ({tok.eos_id})")
-    if tr.ss_schedule == "exponential" and not tr.ss_k < 1:
-        _fail("train.ss_k", tr.ss_k, "must be in (0, 1) when train.ss_schedule is exponential")
-    for key, spec in (("train.device", tr.device), ("decode.device", dec.device)):
-        if not DEVICE_SPEC.fullmatch(spec):
-            _fail(key, spec, "must be one of auto, cpu, cuda, cuda:N")
-    if tr.nproc > 1 and ":" in tr.device:
-        _fail("train.device", tr.device, "pins one GPU; with train.nproc > 1 use cuda or auto "
-              "(rank r uses cuda:LOCAL_RANK)")
-    # The task's own rules (seqcore.tasks: no rule about a task lives outside it); imported
-    # here because seqcore.tasks imports this module.
-    from seqcore.tasks import get_task  # noqa: PLC0415
-
-    for key, value, allowed in get_task(cfg.task).config_problems(cfg):
-        _fail(key, value, allowed)
-    if tr.amp == "fp16" and tr.device == "cpu":
-        _fail("train.amp", tr.amp, "needs CUDA (train.device cuda or auto); use bf16 on CPU")
-    scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
-        if "://" in cfg.mlflow.tracking_uri else ""
-    if scheme not in TRACKING_SCHEMES:
-        _fail("mlflow.tracking_uri", cfg.mlflow.tracking_uri,
-              f"must be a store URI starting with {', '.join(s + '://' for s in TRACKING_SCHEMES)}"
-              " (a run kept while the store is down is replayed to it)")
-    if not cfg.mlflow.registered_model.strip() or "/" in cfg.mlflow.registered_model:
-        _fail("mlflow.registered_model", cfg.mlflow.registered_model,
-              "must be auto, none or a Model Registry name (not empty, no '/')")
-    if has_credentials(cfg.mlflow.tracking_uri):  # params.yaml is committed and logged (#15)
-        raise ConfigError("mlflow.tracking_uri: carries a password or token; params.yaml is "
-                          "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "
-                          "and MLFLOW_TRACKING_PASSWORD) in the environment instead")
-
-
-def workspace_problem(cfg: Config) -> str | None:
-    """What the workspace lacks for these params (validate and fetch stop on it): a user's
-    data file, as a file. Not part of load_config: an audit or a colleague's clone reads
-    params without the user's input file."""
-    if cfg.data.source == "cmudict":
-        return None
-    path = Path(cfg.data.path)
-    if path.is_dir():
-        return f"data.path = {cfg.data.path!r}: a folder; name the data file in it"
-    if not path.is_file():
-        return (f"data.path = {cfg.data.path!r}: no such file (relative paths start at the "
-                "repository root)")
-    return None
-
-
-#: Decode settings each strategy reads; a changed value under another strategy does nothing.
-_STRATEGY_ONLY = {"n_best": ("beam", 1), "temperature": ("sample", 1.0),
-                  "top_k": ("sample", 0), "top_p": ("sample", 1.0)}
-
-
-def ignored_settings(cfg: Config) -> list[str]:
-    """Warnings (one line each) for decode settings the chosen strategy never reads, when
-    they differ from their defaults: validate and decode print them, nothing stops. The beam
-    width, length penalty and alpha are not listed: the default params set them for beam
-    search, and switching to greedy must not warn."""
-    dec = cfg.decode
-    out = [f"decode.{key} = {getattr(dec, key)!r} is ignored: only decode.strategy {reader} "
-           f"reads it (decode.strategy is {dec.strategy})"
-           for key, (reader, default) in _STRATEGY_ONLY.items()
-           if dec.strategy != reader and getattr(dec, key) != default]
-    from seqcore.tasks import get_task  # noqa: PLC0415 (seqcore.tasks imports this module)
-
-    return out + get_task(cfg.task).ignored_settings(cfg)
-
-
-def _check_raw_name(cfg: Config) -> None:
-    """A user's raw snapshot is named after the user's file, never after CMUdict (issue 13)."""
-    data, raw = cfg.data, Path(cfg.paths.raw)
-    if data.source != "cmudict" and raw.name != Path(data.path).name:
-        _fail("paths.raw", str(raw), f"must be named after data.path {data.path}; set paths.raw: "
-              f"{(raw.parent / Path(data.path).name).as_posix()}")

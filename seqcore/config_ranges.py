@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 #: The valid range of every numeric parameter (dotted key), as an interval; "inf" is unbounded. A list
 #: parameter's range applies to each element. Checked on load before the cross-field rules;
@@ -111,3 +113,27 @@ def in_range(value: float, interval: str) -> str | None:
     if hi == math.inf:
         return f"must be {'>' if lo_open else '>='} {m[2]}"
     return f"must be in {interval}"
+
+
+class Problem(NamedTuple):
+    """A params.yaml rule broken: the key, its value and what is allowed (the loader's line
+    is ``key = value: allowed``), or a whole ``line`` when one key cannot say it."""
+
+    key: str
+    value: Any
+    allowed: str
+    line: str = ""
+
+
+def range_problems(values: dict[str, Any]) -> Iterator[Problem]:
+    """Every numeric parameter outside its RANGES interval (list parameters element-wise;
+    ``values``: the flattened params)."""
+    for key, interval in RANGES.items():
+        value = values[key]
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue  # a non-number (e.g. "auto") is the type checker's business
+            problem = in_range(item, interval)
+            if problem:
+                yield Problem(key + (f"[{i}]" if isinstance(value, list) else ""), item, problem)

@@ -9,7 +9,8 @@ import pytest
 
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.predictions import PredictionRow
-from seqcore.config import ConfigError, config_from_dict, ignored_settings
+from seqcore.config import ConfigError, config_from_dict
+from seqcore.config_rules import ignored_settings
 from seqcore.data.examples import Example
 from seqcore.decoding.rescore import Candidate, candidates, model_log_probs, rescore
 from seqcore.metrics.teacher import teacher_forced_stats
