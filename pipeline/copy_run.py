@@ -30,10 +30,11 @@ from typing import Any
 from pipeline import audit_rederive
 from pipeline.audit import expected_record
 from pipeline.audit_mlflow import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
+from pipeline.deadline import STORE_HTTP_ENV
 from pipeline.dvc_files import read_yaml12
 from pipeline.record import tracking_uri
 from pipeline.timing import TIME_PREFIX
-from pipeline.tracking import STORE_HTTP_ENV, log_run
+from pipeline.tracking import log_run
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.credentials import redact_text, redact_uri

@@ -11,25 +11,22 @@ import argparse
 import base64
 import contextlib
 import io
-import math
 import os
-import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.deadline import REPLAY_SECONDS, STORE_HTTP_ENV, StoreDeadline, deadline, log_seconds
 from pipeline.record import param_items, tracking_uri
 from pipeline.registry import log_model
 from pipeline.timing import PIPELINE_WALL
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import ConfigError, load_config
 from seqcore.credentials import redact_text, redact_uri
-
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
 MAX_METRICS_PER_BATCH = 1000
@@ -115,21 +112,6 @@ def redacted_console(uri: str) -> Iterator[None]:
         sys.stderr.write(redact_text(err.getvalue(), (uri,)))
 
 
-def log_seconds(text: str | None) -> float:
-    """``SEQCORE_MLFLOW_SECONDS`` as seconds (``LOG_SECONDS`` when unset); a value that is not
-    a number of seconds > 0 stops the stage with one line."""
-    if text is None:
-        return LOG_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not seconds > 0 or math.isinf(seconds):
-        sys.exit(f"SEQCORE_MLFLOW_SECONDS = {text!r}: must be a number of seconds > 0 (unset: "
-                 f"{LOG_SECONDS:g})")
-    return seconds
-
-
 def log_or_keep(record: RunRecord, pending: Path, seconds: float | None = None) -> str | None:
     """Log the run within ``seconds``; on any tracking failure, or when the store does not
     answer in time, keep the record in ``pending`` and warn once.
@@ -160,40 +142,6 @@ def log_or_keep(record: RunRecord, pending: Path, seconds: float | None = None) 
     print(f"[mlflow] run {rid} in {redact_uri(uri)} (experiment {record.experiment})",
           file=sys.stderr)
     return rid
-
-
-#: How long logging a run (``SEQCORE_MLFLOW_SECONDS``) and a replay (``--timeout``) try before
-#: they give up, and the HTTP client's settings under them unless the environment says
-#: otherwise: MLflow's defaults (7 retries, 120 s per request) kept an unreachable server busy
-#: for over 4 minutes (#15).
-LOG_SECONDS = 120.0
-REPLAY_SECONDS = 60.0
-STORE_HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
-
-
-class StoreDeadline(BaseException):
-    """The store's time is up. A BaseException, so that the retry loops of MLflow's HTTP
-    client and SQLAlchemy store (which catch Exception) cannot swallow it."""
-
-
-def _deadline(signum: int, frame: Any) -> None:
-    raise StoreDeadline
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    """Raise StoreDeadline in the block after ``seconds`` of wall time (main thread only;
-    elsewhere the block runs unbounded)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGALRM, _deadline)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def replay(pending: Path, uri: str, seconds: float) -> int:

@@ -16,10 +16,10 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from seqcore.artifacts.run_record import RunRecord
-
+from pipeline.deadline import log_seconds
 from pipeline.record import MAX_PARAM_CHARS, param_items, tracking_uri
-from pipeline.tracking import log_or_keep, log_run, log_seconds
+from pipeline.tracking import log_or_keep, log_run
+from seqcore.artifacts.run_record import RunRecord
 from tests.factories import REPO
 from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record
 
