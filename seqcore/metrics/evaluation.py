@@ -122,11 +122,11 @@ def _table_row(rows: list[PredictionRow], stats: ErrorStats,
                                                   [r.reference for r in rows]).items()
                 if not k.endswith("_signature")}
     if teacher is not None:
-        tf = nll_summary([teacher[r.id] for r in rows])
-        out |= {"tf_token_accuracy": tf["tf_token_accuracy"],
-                "exposure_bias_gap": tf["tf_token_accuracy"] - out["fr_token_accuracy"],
-                "token_nll": tf["token_nll"], "perplexity": tf["perplexity"],
-                "ppl_denominator_tokens": tf["ppl_denominator_tokens"]}
+        forced = nll_summary([teacher[r.id] for r in rows])
+        out |= {"tf_token_accuracy": forced["tf_token_accuracy"],
+                "exposure_bias_gap": forced["tf_token_accuracy"] - out["fr_token_accuracy"],
+                "token_nll": forced["token_nll"], "perplexity": forced["perplexity"],
+                "ppl_denominator_tokens": forced["ppl_denominator_tokens"]}
     return out
 
 
@@ -169,10 +169,11 @@ def evaluate_predictions(rows: list[PredictionRow], spec: EvalSpec,
                                  "hypothesis_unk": hypothesis_unk_rate(rows)}
     headline |= sacrebleu_scores([r.hypothesis for r in rows], [r.reference for r in rows])
     if teacher is not None:
-        tf = nll_summary([teacher[r.id] for r in rows])
-        headline |= {"tf_token_accuracy": tf["tf_token_accuracy"],
-                     "tf_accuracy_tokens": tf["ppl_denominator_tokens"],
-                     "exposure_bias_gap": tf["tf_token_accuracy"] - headline["fr_token_accuracy"]}
+        forced = nll_summary([teacher[r.id] for r in rows])
+        headline |= {"tf_token_accuracy": forced["tf_token_accuracy"],
+                     "tf_accuracy_tokens": forced["ppl_denominator_tokens"],
+                     "exposure_bias_gap": forced["tf_token_accuracy"]
+                     - headline["fr_token_accuracy"]}
     return Evaluation(headline, buckets, groups, failure_modes(rows, spec.rules, spec.illegal),
                       headline_intervals(rows, stats, spec.resampling, teacher), stats)
 

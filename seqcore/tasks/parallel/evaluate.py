@@ -58,9 +58,9 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     tc = TokenizerContract.load(cfg.paths.tokenizer_contract)  # read once: signature, ids, record
     sig = io.contract(header.signature, str(pred_path), tc)
     set_determinism(cfg.train.seed, cfg.train.threads)
-    tf = teacher_forced(cfg, tc.special_ids, io)
+    forced = teacher_forced(cfg, tc.special_ids, io)  # by split, by example id
     rows = Predictions.load(pred_path).rows
-    result = evaluate_predictions(rows, eval_spec(cfg), tf[split])
+    result = evaluate_predictions(rows, eval_spec(cfg), forced[split])
     coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
     meta = ModelFile.load(cfg.paths.model).meta
     folder = checkpoint_folder(cfg.paths.checkpoints, meta.training_contract)  # train's
@@ -69,7 +69,7 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
                "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
                "checkpoints": str(folder), **prediction_metrics(result),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
-               **teacher_metrics({s: list(v.values()) for s, v in tf.items()}, result),
+               **teacher_metrics({s: list(v.values()) for s, v in forced.items()}, result),
                **interval_metrics(cfg, result), **baseline_metrics(cfg, rows, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     io.note(f"result: {metrics['signature']}")
