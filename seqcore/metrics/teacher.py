@@ -1,5 +1,8 @@
 """Teacher-forced statistics of a model on encoded examples: NLL, token count, argmax hits.
 
+The NLL is the training loss's (seqcore.losses.labelled_nll, whose sum is the dev NLL the
+training logs), summed by example here.
+
 Denominator (the contract's, seqcore/contract.py): every label position, i.e. the target
 tokens plus EOS (unless the target was truncated); PAD and BOS are never labels.
 """
@@ -10,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from seqcore.contract import IGNORE_INDEX, SpecialIds
+from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
+from seqcore.losses import labelled_nll
 from seqcore.metrics.scores import perplexity, ratio
 from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import teacher_forced_passes
@@ -41,11 +45,11 @@ def teacher_forced_stats(
     out: dict[str, TeacherStats] = {}
     for chunk, b, logits in teacher_forced_passes(model, examples, ids, batch_size):
         labels = b.tf.labels  # (B, T)
-        valid = labels != IGNORE_INDEX  # (B, T)
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-        safe = labels.masked_fill(~valid, 0)
-        nll = -logp.gather(-1, safe[..., None])[..., 0] * valid  # (B, T)
-        hit = (logp.argmax(-1) == labels) & valid & (labels != ids.unk)  # (B, T)
+        # the training loss's NLL (seqcore.losses.labelled_nll), put back in place by row
+        valid, _, logp, labelled = labelled_nll(logits, labels)  # (B, T), _, (N, V), (N,)
+        nll = torch.zeros(labels.shape, dtype=labelled.dtype).masked_scatter(valid, labelled)
+        hit = torch.zeros_like(valid).masked_scatter(
+            valid, (logp.argmax(-1) == labels[valid]) & (labels[valid] != ids.unk))  # (B, T)
         for ex, s, n, c in zip(chunk, nll.sum(1).tolist(), valid.sum(1).tolist(),
                                hit.sum(1).tolist(), strict=True):
             out[ex.id] = TeacherStats(float(s), int(n), int(c))
