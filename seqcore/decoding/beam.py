@@ -30,9 +30,8 @@ import torch
 
 from seqcore.config import DecodeConfig
 from seqcore.contract import SpecialIds
-from seqcore.decoding.search import (Hypothesis, Masking, check_inputs, length_caps,
-                                     mask_scores)
-from seqcore.decoding.stepper import Stepper
+from seqcore.decoding.search import (Hypothesis, Masking, Step, check_inputs, length_caps,
+                                     run_search)
 from seqcore.models.base import EncoderDecoder
 
 LengthNorm = Literal["none", "avg", "gnmt"]
@@ -125,6 +124,49 @@ def _done(
     return nth >= bound  # no finite live hypothesis: bound = -inf, always done
 
 
+class BeamStrategy:
+    """Beam search as a strategy of the one driver (seqcore.decoding.search.run_search): K
+    rows per example, ranked, finished and cut as the module docstring says."""
+
+    def __init__(self, caps: torch.Tensor, settings: BeamSettings, eos: int) -> None:
+        b, k = len(caps), settings.beam_size
+        self.caps, self.settings, self.eos, self.width = caps, settings, eos, k
+        self.steps = int(caps.max())
+        self.examples = list(range(b))  # batch index of each active example
+        scores = torch.full((b, k), float("-inf"), device=caps.device)
+        scores[:, 0] = 0.0  # one live hypothesis per example at the start
+        self.scores = scores.view(-1)  # (A*K,)
+        self.pools = [_Pool([]) for _ in range(b)]
+
+    def step(self, t: int, logp: torch.Tensor, masked: torch.Tensor, prefix: torch.Tensor
+             ) -> Step | None:
+        k, examples = self.width, self.examples
+        cand = _rank(self.scores, masked, k)
+        cand_scores, tokens, parents = cand
+        act_caps = self.caps[examples]  # (A,)
+        last = (act_caps <= t + 1)[:, None]
+        rank = torch.arange(tokens.shape[1], device=masked.device)[None, :]
+        is_eos = tokens == self.eos
+        live_rank = torch.cumsum((~is_eos).long(), dim=1) - 1
+        cont = ~is_eos & (live_rank < k)  # the next beam (or, at the cap, the truncated)
+        final = torch.isfinite(cand_scores) & ((is_eos & (rank < k)) | (cont & last))
+        _finish(self.pools, examples, prefix, cand, final, self.eos, self.settings)
+        pick = torch.sort(torch.where(cont, rank, rank + tokens.shape[1]), dim=1,
+                          stable=True).indices[:, :k]  # (A, K) positions of the next beam
+        live = cand_scores.gather(1, pick)
+        done = last[:, 0] | _done(self.pools, examples, live, t, act_caps, self.settings)
+        keep = (~done).nonzero()[:, 0]
+        if keep.numel() == 0:
+            return None
+        rows = (keep[:, None] * k + parents[keep].gather(1, pick[keep])).view(-1)  # (A'*K,)
+        self.scores = live[keep].view(-1)
+        self.examples = [examples[i] for i in keep.tolist()]
+        return Step(rows, tokens[keep].gather(1, pick[keep]).view(-1))
+
+    def results(self) -> list[list[Hypothesis]]:
+        return [pool.best(self.settings.n_best) for pool in self.pools]
+
+
 @torch.no_grad()
 def beam_search(
     model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, ids: SpecialIds,
@@ -143,38 +185,6 @@ def beam_search(
     check_inputs(model, src, src_mask)
     if not 1 <= settings.n_best <= settings.beam_size:
         raise ValueError(f"need 1 <= n_best <= beam_size, got {settings}")
-    b, k, dev = src.shape[0], settings.beam_size, src.device
-    caps = length_caps(max_len, b, dev)
-    stepper = Stepper(model, model.encode(src, src_mask).reorder(
-        torch.arange(b, device=dev).repeat_interleave(k)), use_cache)
-    examples = list(range(b))  # batch index of each active example
-    prefix = torch.full((b * k, 1), ids.bos, dtype=torch.long, device=dev)  # (A*K, t+1)
-    scores = torch.full((b, k), float("-inf"), device=dev)
-    scores[:, 0] = 0.0  # one live hypothesis per example at the start
-    scores = scores.view(-1)
-    pools = [_Pool([]) for _ in range(b)]
-    for t in range(int(caps.max())):
-        logp = mask_scores(stepper.log_probs(prefix), prefix[:, 1:], masking, ids.eos)
-        cand = _rank(scores, logp, k)
-        cand_scores, tokens, parents = cand
-        act_caps = caps[examples]  # (A,)
-        last = (act_caps <= t + 1)[:, None]
-        rank = torch.arange(tokens.shape[1], device=dev)[None, :]
-        is_eos = tokens == ids.eos
-        live_rank = torch.cumsum((~is_eos).long(), dim=1) - 1
-        cont = ~is_eos & (live_rank < k)  # the next beam (or, at the cap, the truncated)
-        final = torch.isfinite(cand_scores) & ((is_eos & (rank < k)) | (cont & last))
-        _finish(pools, examples, prefix, cand, final, ids.eos, settings)
-        pick = torch.sort(torch.where(cont, rank, rank + tokens.shape[1]), dim=1,
-                          stable=True).indices[:, :k]  # (A, K) positions of the next beam
-        live = cand_scores.gather(1, pick)
-        done = last[:, 0] | _done(pools, examples, live, t, act_caps, settings)
-        keep = (~done).nonzero()[:, 0]
-        if keep.numel() == 0:
-            break
-        rows = (keep[:, None] * k + parents[keep].gather(1, pick[keep])).view(-1)  # (A'*K,)
-        prefix = torch.cat([prefix[rows], tokens[keep].gather(1, pick[keep]).view(-1, 1)], 1)
-        scores = live[keep].view(-1)
-        stepper.reorder(rows)
-        examples = [examples[i] for i in keep.tolist()]
-    return [pool.best(settings.n_best) for pool in pools]
+    caps = length_caps(max_len, src.shape[0], src.device)
+    return run_search(model, src, src_mask, ids, masking, BeamStrategy(caps, settings, ids.eos),
+                      use_cache)

@@ -1,5 +1,6 @@
 """What every strategy shares: the hypothesis record, the masking rules, the length caps and
-the loop driver of the one-hypothesis-per-example strategies (greedy and sampling).
+the one loop driver, ``run_search``, that each strategy (beam search, and greedy and sampling
+through ``OneEach``) plugs its ``step`` into, as fairseq's ``Search.step``.
 
 Conventions (stated once, here):
 - A hypothesis's *length* counts every generated token whose log-probability is in the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -91,8 +93,111 @@ def check_inputs(model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tenso
                          f"{src_mask.dtype}")
 
 
+@dataclass(frozen=True)
+class Step:
+    """What a strategy continues after one step.
+
+    Attributes:
+        rows: (N',) the live rows that go on, in their new order (a row may repeat: beams);
+            None: every row, in place (nothing to reorder in the decoder state).
+        tokens: (N',) the token each of them appends.
+    """
+
+    rows: torch.Tensor | None
+    tokens: torch.Tensor
+
+
+class Strategy(Protocol):
+    """One search strategy under :func:`run_search`: it starts ``width`` rows per example,
+    chooses at each step (at most ``steps``) what goes on, keeps what finished, and returns
+    one n-best list per example."""
+
+    width: int
+    steps: int
+
+    def step(self, t: int, logp: torch.Tensor, masked: torch.Tensor, prefix: torch.Tensor
+             ) -> Step | None:
+        """Step ``t``: the live rows' next-token log-probabilities ``logp`` (N, V), the same
+        with the masking rules applied (``-inf`` on forbidden tokens) and the rows' prefixes
+        (N, t+1), BOS first. None: every example is done."""
+        ...
+
+    def results(self) -> list[list[Hypothesis]]:
+        """One n-best list per example, in batch order."""
+        ...
+
+
+def run_search(
+    model: EncoderDecoder, src: torch.Tensor, src_mask: torch.Tensor, ids: SpecialIds,
+    masking: Masking, strategy: Strategy, use_cache: bool,
+) -> list[list[Hypothesis]]:
+    """The decoding loop every strategy shares: encode once, then per step the next-token
+    log-probabilities of the live rows (masked by the rules), the strategy's choice, and the
+    prefixes and decoder state reordered to the rows that go on.
+
+    Args:
+        src, src_mask: (B, S) source ids and mask (True = real).
+    """
+    check_inputs(model, src, src_mask)
+    b, width = src.shape[0], strategy.width
+    memory = model.encode(src, src_mask)
+    if width > 1:  # row i * width + j is the j-th hypothesis of example i
+        memory = memory.reorder(torch.arange(b, device=src.device).repeat_interleave(width))
+    stepper = Stepper(model, memory, use_cache)
+    prefix = torch.full((b * width, 1), ids.bos, dtype=torch.long, device=src.device)
+    for t in range(strategy.steps):
+        logp = stepper.log_probs(prefix)  # (N, V)
+        chosen = strategy.step(t, logp, mask_scores(logp, prefix[:, 1:], masking, ids.eos),
+                               prefix)
+        if chosen is None:
+            break
+        kept = prefix if chosen.rows is None else prefix[chosen.rows]
+        prefix = torch.cat([kept, chosen.tokens[:, None]], dim=1)  # (N', t+2)
+        if chosen.rows is not None:
+            stepper.reorder(chosen.rows)
+    return strategy.results()
+
+
 #: (masked log-probs (N, V), example index of each row (N,), step t) -> next tokens (N,).
 Chooser = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+class OneEach:
+    """The strategy of one hypothesis per example (greedy, sampling): ``choose`` picks each
+    row's next token; a row leaves as soon as it emits EOS or reaches its cap, so a finished
+    row never continues after its EOS. Scores are the model's own log-probabilities (the
+    masking forbids, it never rescores)."""
+
+    width = 1
+
+    def __init__(self, caps: torch.Tensor, choose: Chooser, eos: int) -> None:
+        self.caps, self.choose, self.eos = caps, choose, eos
+        self.steps = int(caps.max())
+        self.rows = torch.arange(len(caps), device=caps.device)  # example index of each row
+        self.scores = torch.zeros(len(caps), device=caps.device)
+        self.out: list[Hypothesis | None] = [None] * len(caps)
+
+    def step(self, t: int, logp: torch.Tensor, masked: torch.Tensor, prefix: torch.Tensor
+             ) -> Step | None:
+        tok = self.choose(masked, self.rows, t)  # (N,)
+        scores = self.scores + logp.gather(1, tok[:, None])[:, 0]
+        ended = (tok == self.eos) | (self.caps[self.rows] <= t + 1)
+        for i in ended.nonzero()[:, 0].tolist():
+            eos = int(tok[i]) == self.eos
+            toks = prefix[i, 1:].tolist() + ([] if eos else [int(tok[i])])
+            self.out[int(self.rows[i])] = Hypothesis(toks, float(scores[i]), float(scores[i]),
+                                                     eos)
+        if not bool(ended.any()):
+            self.scores = scores
+            return Step(None, tok)
+        keep = (~ended).nonzero()[:, 0]
+        if keep.numel() == 0:
+            return None
+        self.rows, self.scores = self.rows[keep], scores[keep]
+        return Step(keep, tok[keep])
+
+    def results(self) -> list[list[Hypothesis]]:
+        return [[h] for h in self.out if h is not None]
 
 
 def run_single(
@@ -101,9 +206,6 @@ def run_single(
 ) -> list[Hypothesis]:
     """Decode one hypothesis per example, choosing each next token with ``choose``.
 
-    Rows leave the batch (and the cache) as soon as they emit EOS or reach their cap, so a
-    finished row never continues after its EOS.
-
     Args:
         src, src_mask: (B, S) source ids and mask (True = real).
         caps: (B,) maximum length per example, EOS included.
@@ -111,27 +213,6 @@ def run_single(
     Returns:
         B hypotheses, in batch order.
     """
-    check_inputs(model, src, src_mask)
-    b = src.shape[0]
-    stepper = Stepper(model, model.encode(src, src_mask), use_cache)
-    rows = torch.arange(b, device=src.device)  # example index of each live row
-    prefix = torch.full((b, 1), ids.bos, dtype=torch.long, device=src.device)
-    scores = torch.zeros(b, device=src.device)
-    out: list[Hypothesis | None] = [None] * b
-    for t in range(int(caps.max())):
-        logp = stepper.log_probs(prefix)  # (N, V)
-        tok = choose(mask_scores(logp, prefix[:, 1:], masking, ids.eos), rows, t)  # (N,)
-        scores = scores + logp.gather(1, tok[:, None])[:, 0]
-        prefix = torch.cat([prefix, tok[:, None]], dim=1)  # (N, t+2)
-        ended = (tok == ids.eos) | (caps[rows] <= t + 1)
-        for i in ended.nonzero()[:, 0].tolist():
-            eos = int(tok[i]) == ids.eos
-            toks = prefix[i, 1 : t + 1 if eos else t + 2].tolist()
-            out[int(rows[i])] = Hypothesis(toks, float(scores[i]), float(scores[i]), eos)
-        if bool(ended.any()):
-            keep = (~ended).nonzero()[:, 0]
-            if keep.numel() == 0:
-                break
-            rows, prefix, scores = rows[keep], prefix[keep], scores[keep]
-            stepper.reorder(keep)
-    return [h for h in out if h is not None]
+    found = run_search(model, src, src_mask, ids, masking, OneEach(caps, choose, ids.eos),
+                       use_cache)
+    return [hyps[0] for hyps in found]
