@@ -98,7 +98,7 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
     if use_mlflow and any(report.wants(n) for n in ("mlflow run", "environment",
                                                       "training replay")):
         run, reason = read_run(cfg, run_id)
-    replay_check(report, cfg, params, replay, replay_seed, run)
+    replay_check(report, cfg, params, replay, replay_seed, run, strict_env)
     if use_mlflow and report.wants("mlflow run"):
         if reason:
             report.not_run("mlflow run", reason)

@@ -70,14 +70,21 @@ def installed(name: str) -> str | None:
         return None
 
 
-def run_check(report: AuditReport, name: str, check: Callable[[], list[str]]) -> None:
+def run_check(report: AuditReport, name: str, check: Callable[[], list[str]],
+              warning: str = "", strict: bool = False) -> None:
     """Add a check's differences; a check that cannot run (missing or broken input) is
-    NOT RUN, which fails the audit. A check the report does not want (``--only``) is skipped."""
+    NOT RUN, which fails the audit. A check the report does not want (``--only``) is skipped.
+    With a ``warning`` (why its differences prove nothing here), they come after that line
+    as a warning, which fails the audit only when ``strict``."""
     if not report.wants(name):
         return
     start = time.perf_counter()
     try:
-        report.add(name, check())
+        diffs = check()
+        if warning:
+            report.warn(name, [warning, *diffs] if diffs else [], strict)
+        else:
+            report.add(name, diffs)
     except Exception as err:  # noqa: BLE001 (whatever stops a check, it did not run: say so)
         report.not_run(name, f"could not run: {type(err).__name__}: {err}")
     report.seconds[name] = time.perf_counter() - start
@@ -124,10 +131,12 @@ def training_check(report: AuditReport, cfg: Config, files: ResultFiles) -> None
 
 
 def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
-                 seed: int | None, run: Any) -> None:
+                 seed: int | None, run: Any, strict_env: bool = False) -> None:
     """Replay the state before the first step and ``segments`` segments of the training from
     its ledger (pipeline/audit_replay.py), on the CPU kernels the run records. A training of
-    several processes or on a device this host lacks cannot be replayed here: a warning."""
+    several processes or on a device this host lacks cannot be replayed here: a warning. On
+    another CPU model than the run records, a difference is a warning (``strict_env``: a
+    failure)."""
     name = "training replay"
     if not report.wants(name) or segments <= 0:
         return
@@ -146,8 +155,19 @@ def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
     report.notes[name] = [line]
     print(f"[audit] {name}: {line}", file=sys.stderr, flush=True)
     tags = run.data.tags if run is not None else {}
-    run_check(report, name, lambda: audit_replay.run_replay(
-        params, Path(cfg.paths.ledger), plan.chosen, tags.get("env.cpu_capability")))
+
+    def replayed() -> list[str]:
+        return audit_replay.run_replay(params, Path(cfg.paths.ledger), plan.chosen,
+                                       tags.get("env.cpu_capability"))
+
+    trained_on, here = tags.get("env.cpu"), environment.producing_environment().cpu
+    # The BLAS and oneDNN kernels differ by CPU model (an AMD and an Intel AVX-512 host train
+    # two models from the same inputs): a difference is then no proof of another training.
+    warning = "" if not trained_on or trained_on == here else (
+        f"trained on {trained_on!r}, replayed on {here!r}: float kernels differ by CPU model, "
+        "so these differences do not prove another training; replay on the training's CPU "
+        "model, or pass --strict-env to fail on them")
+    run_check(report, name, replayed, warning, strict_env)
 
 
 def has_cuda() -> bool:

@@ -1,11 +1,12 @@
 """The producing environment of a result: interpreter, platform, torch build, the CPU's vector
-instruction set as torch uses it, package set.
+instruction set as torch uses it, the CPU model, package set.
 
 Recorded in the MLflow run (tags ``env.*``); the audit compares the record with the
 environment it runs in, because a different torch build, package set or CPU capability can
 change floating-point results without any code change: the default model trained on an AVX2
 host and on an AVX-512 host parts at step 3, in the 7th digit of the loss (the CPU kernels
-sum in another order), and ends as another model.
+sum in another order), and ends as another model; so does one trained on an AMD and on an
+Intel AVX-512 host (the BLAS and oneDNN kernels differ by CPU model; docs/reproducibility.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Environment:
     torch: str
     torch_build: str
     cpu_capability: str  # torch's CPU kernel level: AVX2, AVX512, DEFAULT, ...
+    cpu: str  # the CPU model (/proc/cpuinfo's model name): AMD and Intel differ at one level
     packages_sha256: str
 
     def as_dict(self) -> dict[str, str]:
@@ -42,6 +44,18 @@ def installed_packages() -> list[str]:
     return sorted(found)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere what ``platform`` says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 @functools.cache
 def producing_environment() -> Environment:
     """The environment of the running process (computed once: reading every installed
@@ -51,6 +65,7 @@ def producing_environment() -> Environment:
     return Environment(python=platform.python_version(), platform=platform.platform(),
                        torch=str(torch.__version__), torch_build=build,
                        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                       cpu=cpu_model(),
                        packages_sha256=hashlib.sha256(listing).hexdigest())
 
 

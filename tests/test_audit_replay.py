@@ -162,3 +162,45 @@ def test_the_replay_takes_the_cpu_level_the_run_records_when_this_host_has_it(
         here: str, recorded: str | None, env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: here)
     assert capability_env(recorded) == env
+
+
+# --- a replay on another CPU model ----------------------------------------------------------
+
+@pytest.mark.parametrize(("trained_on", "strict", "status"), [
+    ("Same CPU", False, "MISMATCH"),  # the CPU model the run records: a difference fails
+    (None, False, "MISMATCH"),  # a run from before env.cpu: as before
+    ("Another CPU", False, "WARNING"),  # no proof of another training: said, not failed
+    ("Another CPU", True, "MISMATCH"),  # --strict-env fails on it
+])
+def test_a_replay_difference_on_another_cpu_model_warns_unless_strict(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trained_on: str | None, strict: bool,
+        status: str) -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from pipeline import audit_checks, audit_replay  # noqa: PLC0415
+    from seqcore import environment  # noqa: PLC0415
+    from seqcore.audit import AuditReport  # noqa: PLC0415
+    from seqcore.config import config_from_dict  # noqa: PLC0415
+
+    loop = s2s_loop(tmp_path, 4, ledger_every=2)
+    loop.resume()
+    loop.run(lambda entry, tokens_per_s: None)
+    cfg = config_from_dict({"paths": {"ledger": str(loop.ckpt.ledger)}})
+    here = environment.producing_environment()
+    monkeypatch.setattr(environment, "producing_environment",
+                        lambda: SimpleNamespace(**{**here.as_dict(), "cpu": "Same CPU"}))
+    # the replay itself is tests/test_resume_stage.py's; here only its verdict
+    monkeypatch.setattr(audit_replay, "run_replay",
+                        lambda *args: ["segment 2-4: differs at model.w"])
+    tags = {"env.cpu": trained_on} if trained_on else {}
+    report = AuditReport()
+    audit_checks.replay_check(report, cfg, "params.yaml", 1, 0,
+                              SimpleNamespace(data=SimpleNamespace(tags=tags)), strict)
+    assert report.status["training replay"] == status
+    lines = report.checks["training replay"]
+    assert lines[-1] == "segment 2-4: differs at model.w"
+    if trained_on == "Another CPU":
+        assert lines[0].startswith("trained on 'Another CPU', replayed on 'Same CPU': float "
+                                   "kernels differ by CPU model")
+    else:
+        assert len(lines) == 1
