@@ -22,9 +22,9 @@ import mlflow
 import pytest
 import torch
 
-from pipeline.audit_verdict import code_line
 from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
 from pipeline.audit_rederive import training_diffs
+from pipeline.audit_verdict import code_line
 from pipeline.dvc_files import read_yaml12
 from pipeline.tracking import dataset_entities
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
@@ -34,7 +34,7 @@ from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import first_difference, path_differences
 from seqcore.config import Config, config_from_dict
-from seqcore.blobs import save_blob
+from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint
 from tests.pipeline_helpers import empty_mlflow_store
 
 SIDES = ("file", "recomputed")
@@ -185,7 +185,8 @@ def test_a_missing_side_is_one_line_naming_it(tmp_path: Path) -> None:
 
 HISTORY = [StepLog(1, 0, 0.5, 2.5, 10, 1.0, 0, float("nan"), 0.0),
            StepLog(2, 0, 0.25, 1.25, 12, 0.5, 0, 1.75, 0.0)]
-STATE = {"step": 2, "tokens": 22, "skipped": 0, "best_step": 2, "best_dev": 1.75}
+STATE = {"step": 2, "tokens": 22, "skipped": 0, "consecutive_skips": 0, "best_dev": 1.75,
+         "best_step": 2, "select": "last"}  # a checkpoint's counters, as TrainLoop writes them
 COUNTERS = TrainMetrics(steps=2, tokens=22, skipped_steps=0, best_step=2, best_dev_nll=1.75,
                         final_loss=1.25, selected_step=2)
 META = ModelMeta("sig", step=2, select="last", selected_step=2, best_step=2, best_dev_nll=1.75,
@@ -213,7 +214,8 @@ def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
                                            ("results", "results.json"))}
     cfg = config_from_dict({"paths": paths})
     ckpt = tmp / "checkpoints" / "ckpt-00000002.pt"
-    save_blob(ckpt, {"state": STATE, "history": [r.row() for r in HISTORY], "model": weights()})
+    Checkpoint({"schema": SCHEMA_VERSION, "state": STATE, "history": [r.row() for r in HISTORY],
+                "model": weights()}).save(ckpt)
     Results({"checkpoints": str(ckpt.parent)}).save(cfg.paths.results)
     TrainLog(tuple(log or HISTORY)).save(cfg.paths.train_log)
     counters.save(cfg.paths.train_metrics)
