@@ -48,8 +48,9 @@ mutate: $(STAMP)
 
 # Generated mutants (issue 32): mutmut 3 over the modules in pyproject.toml [tool.mutmut],
 # each mutant tested by the fast tests that reach it; the survivors of the first two tranches
-# and why each is equivalent are in docs/rules.md (the third's are measured, not yet triaged). Installs the pinned tool first (locks/mutate.txt); slow,
-# not part of CI. `mutmut results` lists the survivors, `mutmut show NAME` shows one.
+# and why each is equivalent are in docs/rules.md (the third's are measured, not yet
+# triaged). Installs the pinned tool first (locks/mutate.txt); slow, not part of CI.
+# `mutmut results` lists the survivors, `mutmut show NAME` shows one.
 mutate-generated: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r locks/mutate.txt
 	$(BIN)/mutmut run --max-children 2
