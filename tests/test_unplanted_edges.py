@@ -372,3 +372,41 @@ def test_beam_search_stopping_early_returns_what_searching_to_the_cap_returns(
             out.append([[(h.tokens, round(h.norm_score, 5)) for h in hyps] for hyps in found])
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+# -- found by the third tranche of generated mutants (issue 32) -------------------------------
+
+def test_the_paired_failure_rates_have_their_known_values() -> None:
+    # A: 4 words, 2 decoded empty, 1 truncated; B: none failing. Each rate is the failing
+    # rows over all rows (column 0), and B - A is the paired difference.
+    from seqcore.artifacts.predictions import PredictionRow  # noqa: PLC0415
+    from seqcore.metrics.bootstrap import Resampling  # noqa: PLC0415
+    from seqcore.metrics.comparison import compare_rows  # noqa: PLC0415
+    from seqcore.metrics.evaluation import EvalSpec  # noqa: PLC0415
+    from seqcore.metrics.failures import FailureRules  # noqa: PLC0415
+
+    def row(i: int, hyp: str, eos: bool = True) -> PredictionRow:
+        return PredictionRow(f"{i:05d}", f"w{i}", f"cat{i}", "K AE T", hyp, [0] * len(hyp.split()),
+                             hyp.split(), -1.0, -1.0, len(hyp.split()), eos, [])
+
+    a = [row(0, ""), row(1, ""), row(2, "K AE", eos=False), row(3, "K AE T")]
+    b = [row(i, "K AE T") for i in range(4)]
+    spec = EvalSpec((), FailureRules(2, 3, 1), "group", None, Resampling(0, 0, 0.95))
+    failures = compare_rows(a, b, spec, Resampling(0, 0, 0.95))["failures"]
+    assert (failures["empty"]["a"], failures["empty"]["b"]) == (0.5, 0.0)
+    assert (failures["truncated"]["a"], failures["truncated"]["b"]) == (0.25, 0.0)
+    assert failures["empty"]["delta"] == -0.5 and failures["repeated"]["a"] == 0.0
+
+
+def test_each_logged_step_names_the_epoch_its_cursor_stood_in_when_the_step_began(
+        tmp_path: Path) -> None:
+    # 12 pairs, 4 a batch, 3 batches an epoch: the cursor moves to the next epoch when a step
+    # draws past the last batch, so the step that starts an epoch logs the one before it
+    # (docs/training.md; the committed logs were written so)
+    from tests.factories import s2s_loop  # noqa: PLC0415
+
+    loop = s2s_loop(tmp_path, 7)
+    loop.resume()
+    logged: list[int] = []
+    loop.run(lambda entry, tokens_per_s: logged.append(entry.epoch))
+    assert logged == [0, 0, 0, 0, 1, 1, 1]
