@@ -30,8 +30,7 @@ import torch
 
 from seqcore.config import DecodeConfig
 from seqcore.contract import SpecialIds
-from seqcore.decoding.search import (Hypothesis, Masking, Step, check_inputs, length_caps,
-                                     run_search)
+from seqcore.decoding.search import Hypothesis, Masking, Step, length_caps, run_search
 from seqcore.models.base import EncoderDecoder
 
 LengthNorm = Literal["none", "avg", "gnmt"]
@@ -182,7 +181,6 @@ def beam_search(
     Returns:
         B lists of up to ``n_best`` hypotheses, best (highest norm_score) first.
     """
-    check_inputs(model, src, src_mask)
     if not 1 <= settings.n_best <= settings.beam_size:
         raise ValueError(f"need 1 <= n_best <= beam_size, got {settings}")
     caps = length_caps(max_len, src.shape[0], src.device)
