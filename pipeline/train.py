@@ -29,7 +29,7 @@ from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, set_determinism
 from seqcore.training import distributed
 from seqcore.training.checkpoint import CheckpointDir, ledger_files, step_of
-from seqcore.training.loop import TrainLoop, adopt_migrated_folder, check_world
+from seqcore.training.loop import TrainLoop, check_world
 from seqcore.tasks import TaskError, get_task
 from seqcore.training.setups import Setup
 
@@ -151,12 +151,6 @@ def main() -> None:
     world, device = start(cfg)
     setup = build(cfg, device, world)
     folder = distributed.checkpoint_folder(cfg.paths.checkpoints, setup.contract)
-    if world.main:
-        old = adopt_migrated_folder(folder.parent, folder.name, setup.contract)
-        if old:
-            print(f"[train] {cfg.paths.checkpoints}/{old} holds this run under an older "
-                  f"training-contract format (its guard keys are no contract keys now): "
-                  f"renamed to {folder.name}", file=sys.stderr)
     distributed.barrier(world)
     ckpt = CheckpointDir(folder, cfg.train.keep_last)
     trainer = TrainLoop(setup.model, cfg.train, setup.feed, ckpt, setup.contract, setup.d_model,

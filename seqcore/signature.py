@@ -194,10 +194,6 @@ GUARD_KEYS = frozenset({
 #: (proven: tests/test_params_live.py NOT_RESULTS, tests/test_resume*.py).
 NO_RESULT_KEYS = GUARD_KEYS | {f"train.{k}" for k in ("log_every", "keep_last", "resume",
                                                       "checkpoint_every", "ledger_every")}
-#: Keys that were in the training contract of signature format 1 and are not any more: a
-#: checkpoint written then resumes under the new contract without them (migrated_contract).
-RETIRED_KEYS = frozenset({"data.sha256", "data.min_split_rows", "tokenizer.max_unk_rate",
-                          "sequence.max_drop_rate", "train.max_consecutive_skips"})
 
 
 def guard_fields(section: str) -> frozenset[str]:
@@ -211,18 +207,6 @@ def result_params(cfg: Config) -> dict[str, Any]:
     from seqcore.config import flat_params  # noqa: PLC0415
 
     return flat_params(cfg, NO_RESULT_KEYS | inapplicable_keys(cfg))
-
-
-def migrated_contract(stored: dict[str, Any]) -> dict[str, Any]:
-    """A training contract as the current format writes it: one of signature format 1 loses
-    the guard keys (RETIRED_KEYS) and its signature's ``fmt`` field says 2 (the fields of the
-    format-1 contract signature are those of the format-2 one). Others are returned as is."""
-    fields = parse_signature(str(stored.get("signature", "")))
-    if fields.get("fmt") != "1":
-        return stored
-    fields["fmt"] = str(SIGNATURE_FORMAT)
-    return {k: v for k, v in stored.items() if k not in RETIRED_KEYS} | {
-        "signature": format_signature(fields)}
 
 
 def runtime_contract(cfg: Config) -> dict[str, Any]:

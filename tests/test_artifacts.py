@@ -167,6 +167,19 @@ def test_predictions_header_of_another_version_is_refused_in_one_line_naming_the
     one_line_refusal(err, path)
 
 
+def test_predictions_header_with_a_field_this_code_does_not_write_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    """The producing environment left the header in issue 34 (the MLflow run holds it): a
+    header that still carries it is another seqcore's, refused as one line naming it."""
+    pred = tmp_path / "test.jsonl"
+    PredictionsHeader({"strategy": "greedy"}, "c" * 64, 0, task="lm").save(pred)
+    path = pred.with_suffix(".header.json")
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"environment": {"os": "x"}}))
+    with pytest.raises(ArtifactError, match="not a predictions header file .*environment") as err:
+        PredictionsHeader.load(pred)
+    one_line_refusal(err, path)
+
+
 def test_reports_read_back_what_they_write(tmp_path: Path) -> None:
     metrics = Metrics({"examples": 24, "test_sequences": 24, "exact_match": 0.25,
                        "hypothesis_unk": {"rate": 0.0}})

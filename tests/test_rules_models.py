@@ -127,25 +127,38 @@ def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path
     assert len(greedy(loaded, src, mask, ids, max_len=6)) == 1
 
 
-def test_transformer_state_dicts_with_the_old_residual_names_still_load() -> None:
-    """Checkpoints and model files from before issue 11 call the residuals r1/r2/r3."""
-    was = {"encoder": {"attn_residual": "r1", "ff_residual": "r2"},
-           "decoder": {"self_attn_residual": "r1", "cross_attn_residual": "r2",
-                       "ff_residual": "r3"}}
-
-    def old_name(key: str) -> str:
-        parts = key.split(".")
-        if parts[0] in was and parts[2] in was[parts[0]]:
-            parts[2] = was[parts[0]][parts[2]]
-        return ".".join(parts)
+def test_a_model_file_from_another_seqcore_is_refused_in_one_line_naming_it(
+        tmp_path: Path, ids: SpecialIds) -> None:
+    """Weights under names this code does not build (the residuals' names before issue 11,
+    r1/r2/r3), a tensor of another shape, or a meta field this code does not write (the
+    producing environment before issue 34): one line naming the file, never a half-loaded
+    model or a traceback."""
+    from seqcore.artifacts.base import ArtifactError  # noqa: PLC0415
 
     model = tiny_model("transformer")
-    old = {old_name(k): v for k, v in model.state_dict().items()}
-    assert "decoder.1.r3.norm.weight" in old and not any("_residual" in k for k in old)
-    fresh = build_model(tiny_config("transformer"), VOCAB, VOCAB, PAD, 64)
-    fresh.load_state_dict(old)
-    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
-                                                 model.state_dict().values(), strict=True))
+    info = ModelInfo(tiny_config("transformer"), VOCAB, VOCAB, ids.pad, 64)
+    meta = ModelMeta("sig", 20, "last", 20, 0, None, {})
+    renamed = {k.replace("ff_residual", "r3"): v for k, v in model.state_dict().items()}
+    ModelFile(renamed, meta, info).save(tmp_path / "old-names.pt")
+    with pytest.raises(ArtifactError, match=r"old-names\.pt: its weights do not fit .*"
+                       r"8 weight\(s\) missing \(encoder\.0\.ff_residual.*"
+                       r"8 unexpected \(encoder\.0\.r3"):
+        ModelFile.load(tmp_path / "old-names.pt").build()
+    reshaped = model.state_dict() | {"src_embed.weight": torch.zeros(3, 2)}
+    assert "src_embed.weight" in model.state_dict()
+    ModelFile(reshaped, meta, info).save(tmp_path / "old-shape.pt")
+    with pytest.raises(ArtifactError, match=r"old-shape\.pt: its weights do not fit .*size"):
+        ModelFile.load(tmp_path / "old-shape.pt").build()
+    from seqcore.blobs import load_blob, save_blob  # noqa: PLC0415
+
+    ModelFile(model.state_dict(), meta, info).save(tmp_path / "env.pt")
+    payload = load_blob(tmp_path / "env.pt")
+    payload["meta"]["environment"] = {"platform": "x"}
+    save_blob(tmp_path / "env.pt", payload)
+    with pytest.raises(ArtifactError, match=r"env\.pt: not a model file this code reads .*"
+                       "environment"):
+        ModelFile.load(tmp_path / "env.pt")
+
 
 
 def attention_ops(model: EncoderDecoder) -> set[str]:

@@ -13,7 +13,7 @@ from pipeline.stage import signature
 from seqcore.config import Config, SequenceConfig, TrainConfig, load_config
 from seqcore.signature import (
     GUARD_KEYS, NO_RESULT_KEYS, contract_signature, data_signature, derived_params,
-    inherited_diff, migrated_contract, parse_signature, result_params, result_signature,
+    inherited_diff, parse_signature, result_params, result_signature,
     signature_diff, tokenizer_signature, training_contract)
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
@@ -148,20 +148,6 @@ def test_guards_and_bookkeeping_keys_enter_no_training_contract(cfg: Config) -> 
         result_params(cfg))
 
 
-def test_a_format_1_contract_migrates_to_the_current_one(cfg: Config) -> None:
-    """A checkpoint of signature format 1 held the guard keys and fmt:1; migrated, it is the
-    current contract, so it resumes (and its folder is adopted) without a retrain."""
-    current = training_contract(cfg, CONTRACT)
-    old = current | {"data.sha256": cfg.data.sha256, "data.min_split_rows": 1,
-                     "tokenizer.max_unk_rate": 0.01, "sequence.max_drop_rate": 0.05,
-                     "train.max_consecutive_skips": 20,
-                     "signature": current["signature"].replace("fmt:2", "fmt:1")}
-    assert migrated_contract(old) == current
-    assert migrated_contract(current) is current
-    # a real change is not migrated away
-    assert migrated_contract(old | {"train.lr": 1.0}) != current
-
-
 def clipped_grads(tmp_path: Path, clip_norm: float) -> list[torch.Tensor]:
     """The gradients one real training step leaves: 2 micro-batches, an enabled grad scaler
     (fp16's, at 2**12), the given clip threshold."""
@@ -212,26 +198,3 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
     assert {k: v for k, v in math.items() if k in auto} == auto
 
 
-def test_a_format_1_checkpoint_folder_is_adopted_under_its_new_name_and_no_other(
-        cfg: Config, tmp_path: Path) -> None:
-    """The train stage finds no folder for the new contract's hash, finds the format-1
-    folder of the same training and renames it (the weights are not retrained); a folder of
-    another training, or of the current format, is left alone."""
-    from seqcore.blobs import save_blob  # noqa: PLC0415
-    from seqcore.training.checkpoint import SCHEMA_VERSION  # noqa: PLC0415
-    from seqcore.training.distributed import checkpoint_folder_name  # noqa: PLC0415
-    from seqcore.training.loop import adopt_migrated_folder  # noqa: PLC0415
-
-    current = training_contract(cfg, CONTRACT)
-    old = current | {"data.sha256": cfg.data.sha256, "tokenizer.max_unk_rate": 0.01,
-                     "signature": current["signature"].replace("fmt:2", "fmt:1")}
-    root = tmp_path / "checkpoints"
-    for name, contract in (("aaaaaaaaaaaa", old | {"train.lr": 9.0}), ("bbbbbbbbbbbb", old)):
-        save_blob(root / name / "ckpt-00000002.pt", {"schema": SCHEMA_VERSION,
-                                                       "contract": contract})
-    name = checkpoint_folder_name(current)
-    assert adopt_migrated_folder(root, name, current) == "bbbbbbbbbbbb"
-    assert sorted(p.name for p in root.iterdir()) == sorted(["aaaaaaaaaaaa", name])
-    assert adopt_migrated_folder(root, name, current) is None  # the folder exists now
-    other = current | {"train.lr": 5.0}
-    assert adopt_migrated_folder(root, checkpoint_folder_name(other), other) is None

@@ -8,13 +8,13 @@ RNN LM shape and character vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from seqcore.artifacts.base import check_version, fields_error
+from seqcore.artifacts.base import ArtifactError, check_version, fields_error
 from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
 from seqcore.config import ModelConfig, as_dict, config_from_dict
 from seqcore.models import build_model
@@ -80,13 +80,6 @@ class ModelMeta:
         return self.training_contract["sequence.max_src_len"]
 
 
-def without_environment(fields: dict[str, Any]) -> dict[str, Any]:
-    """A model file's meta or predictions header as written now: files from before issue 34
-    also held the producing ``environment`` (platform, package hashes), which made the bytes
-    DVC tracks differ from machine to machine; it lives in the MLflow run now."""
-    return {k: v for k, v in fields.items() if k != "environment"}
-
-
 @dataclass(frozen=True)
 class ModelFile:
     """The parsed model file: weights, how to rebuild them (``info`` or ``lm``) and meta."""
@@ -98,16 +91,31 @@ class ModelFile:
     meta: ModelMeta
     info: ModelInfo | None = None
     lm: LMInfo | None = None
+    #: The file it was read from (for messages; empty for one built in memory).
+    source: str = field(default="", compare=False)
 
     def build(self) -> EncoderDecoder:
-        """The encoder-decoder in eval mode with these weights (for ``info`` files)."""
+        """The encoder-decoder in eval mode with these weights (for ``info`` files); weights
+        that do not fit the model their config describes (another seqcore's names or shapes)
+        are refused in one line naming the file."""
         if self.info is None:
             raise ValueError("an lm model file has no encoder-decoder to build")
         i = self.info
         model = build_model(i.model, i.src_vocab, i.tgt_vocab, i.pad_id, i.max_len)
-        model.load_state_dict(self.weights)
+        try:
+            missing, unexpected = model.load_state_dict(self.weights, strict=False)
+        except RuntimeError as err:  # a shape mismatch
+            raise self._unfit(str(err).splitlines()[-1].strip()) from None
+        if missing or unexpected:
+            raise self._unfit(f"{len(missing)} weight(s) missing ({', '.join(missing[:2])}), "
+                              f"{len(unexpected)} unexpected ({', '.join(unexpected[:2])})")
         model.eval()
         return model
+
+    def _unfit(self, why: str) -> ArtifactError:
+        return ArtifactError(f"{self.source or 'model file'}: its weights do not fit the model its "
+                             f"config describes: {why}; it was written by another version of "
+                             "seqcore: re-run the train stage (dvc repro)")
 
     def save(self, path: str | Path) -> str:
         """Write atomically with its sha256 sidecar; returns the file's sha256."""
@@ -135,8 +143,7 @@ class ModelFile:
                                  s["src_vocab"], s["tgt_vocab"], s["pad_id"], s["max_len"])
             if "lm_shape" in payload:
                 lm = LMInfo(RNNLMShape(**payload["lm_shape"]), payload["vocab"])
-            saved = cls(payload["model"], ModelMeta(**without_environment(payload["meta"])),
-                        info, lm)
+            saved = cls(payload["model"], ModelMeta(**payload["meta"]), info, lm, str(path))
         except (KeyError, TypeError) as err:
             raise fields_error(path, "model", err) from None
         bad = next((name for name, t in saved.weights.items()

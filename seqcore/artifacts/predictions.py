@@ -75,7 +75,7 @@ class PredictionsHeader:
         path = header_path(predictions)
         data = read_versioned(path, "predictions header", cls.SCHEMA_VERSION)
         try:
-            return cls(**{k: v for k, v in data.items() if k != "environment"})  # pre-issue-34
+            return cls(**data)
         except TypeError as err:
             raise fields_error(path, "predictions header", err) from None
 

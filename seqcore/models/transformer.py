@@ -152,19 +152,6 @@ def feed_forward(d_model: int, d_ff: int, dropout: float) -> nn.Sequential:
 KeysValues = tuple[torch.Tensor, torch.Tensor]
 
 
-def accept_old_names(layer: nn.Module, names: dict[str, str]) -> None:
-    """Let ``layer`` load state dicts that use its residuals' names from before issue 11
-    (``r1``, ``r2``, ``r3``), so older checkpoints resume and older model files load."""
-
-    def rename(module: nn.Module, state_dict: dict[str, torch.Tensor], prefix: str,
-               *_: object) -> None:
-        for old, new in names.items():
-            for key in [k for k in state_dict if k.startswith(f"{prefix}{old}.")]:
-                state_dict[f"{prefix}{new}{key[len(prefix + old):]}"] = state_dict.pop(key)
-
-    layer.register_load_state_dict_pre_hook(rename)
-
-
 class EncoderLayer(nn.Module):
     """Self-attention block, then feed-forward block."""
 
@@ -174,7 +161,6 @@ class EncoderLayer(nn.Module):
         self.ff = feed_forward(s.d_model, s.d_ff, s.dropout)
         self.attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
         self.ff_residual = Residual(s.d_model, s.dropout, s.norm_first)
-        accept_old_names(self, {"r1": "attn_residual", "r2": "ff_residual"})
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, S, D), mask (B, 1, S, S) -> (B, S, D)."""
@@ -195,8 +181,6 @@ class DecoderLayer(nn.Module):
         self.self_attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
         self.cross_attn_residual = Residual(s.d_model, s.dropout, s.norm_first)
         self.ff_residual = Residual(s.d_model, s.dropout, s.norm_first)
-        accept_old_names(self, {"r1": "self_attn_residual", "r2": "cross_attn_residual",
-                                "r3": "ff_residual"})
 
     def self_keys_values(self, x: torch.Tensor) -> KeysValues:
         """Self-attention keys and values of the layer input x (B, T, D): (B, H, T, Dh) each."""

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +33,6 @@ from torch import nn
 # The log's row type is plain data in the artifact (the metrics read the log without training).
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog  # noqa: F401 (re-exported)
 from seqcore.config import TrainConfig
-from seqcore.signature import migrated_contract
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, rng_restore, rng_snapshot)
@@ -146,7 +144,7 @@ class TrainLoop:
         c = found.checkpoint
         check_world(c.world, self.world.size, self.device.type, found.path)
         check_contract(*({k: v for k, v in contract.items() if k not in distributed.RUNTIME_KEYS}
-                         for contract in (migrated_contract(c.contract), self.contract)),
+                         for contract in (c.contract, self.contract)),
                        str(found.path))
         self.model.load_state_dict(c.weights)
         self.opt.load_state_dict(c.optimizer)
@@ -290,25 +288,3 @@ def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) 
             f"{path} was trained on {stored['device_kind']} and this run is on {device_type} "
             f"(their float results differ); set train.device to {stored['device_kind']} to "
             "resume it, or train.resume: fresh to start over")
-
-
-def adopt_migrated_folder(root: Path, name: str, contract: dict[str, Any]) -> str | None:
-    """Give a checkpoint folder written under an older training-contract format the name of
-    ``contract``'s folder, when the contracts agree once migrated (signature.migrated_contract:
-    format 1 held guard keys, which changed the folder's name but never the training).
-
-    Only when ``root / name`` does not exist; returns the old folder's name, if one was
-    renamed. The checkpoints keep their bytes: resume migrates their contract as it reads it.
-    """
-    if (root / name).exists() or not root.is_dir():
-        return None
-    want = {k: v for k, v in contract.items() if k not in distributed.RUNTIME_KEYS}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        found = CheckpointDir(folder, 1).latest_good()
-        stored = found.checkpoint.contract if found else {}
-        runtime = distributed.RUNTIME_KEYS
-        if stored is not migrated_contract(stored) and want == {
-                k: v for k, v in migrated_contract(stored).items() if k not in runtime}:
-            folder.rename(root / name)
-            return folder.name
-    return None
