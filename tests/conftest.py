@@ -16,6 +16,23 @@ from tests.pipeline_helpers import AUDIT_SAMPLE, TINY_PARAMS, copy_repo, merge, 
 from tests.servers import Team, team_stack
 
 
+#: The heaviest test files, heaviest first (whole-file seconds in `make test`'s durations on
+#: 2 cores). `--dist loadfile` hands each file to whichever worker is free, in collection
+#: order; started first, the longest files leave only short ones for the end and both workers
+#: finish together (longest job first). Order only: an unlisted file runs after these, in
+#: pytest's order; tests/test_suite_order.py checks every name here is a test file.
+HEAVY_FIRST = (
+    "test_team.py", "test_audit_forgery.py", "test_staleness.py", "test_audit.py",
+    "test_experiments.py", "test_ddp.py", "test_registry.py", "test_pipeline_e2e.py",
+    "test_lm_e2e.py", "test_own_data_e2e.py", "test_resume_stage.py", "test_byte_identical.py",
+    "test_resume.py", "test_baseline.py", "test_audit_run.py", "test_lm_pipeline.py",
+    "test_declared_reads.py", "test_data_splits.py", "test_tracking.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))  # stable
+
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     # One thread per test: `make test` runs a pytest worker per core (-n auto --dist
