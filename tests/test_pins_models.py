@@ -16,7 +16,12 @@ from torch import nn
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import pad_batch
 from seqcore.models.rnn import LSTM, RNNSeq2Seq, RNNShape
-from seqcore.models.transformer import Transformer, TransformerShape, feed_forward, sinusoidal_positions
+from seqcore.models.transformer import (
+    Transformer,
+    TransformerShape,
+    feed_forward,
+    sinusoidal_positions,
+)
 from seqcore.sequences import make_batch
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Seq2SeqFeed, choose_tokens

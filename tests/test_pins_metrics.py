@@ -20,10 +20,23 @@ import sacrebleu
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.bootstrap import METRICS, Resampling
 from seqcore.metrics.comparison import (
-    FAILURE_RATES, NotComparable, _rate, check_same_rows, compare_rows, paired_headline)
+    FAILURE_RATES,
+    NotComparable,
+    _rate,
+    check_same_rows,
+    compare_rows,
+    paired_headline,
+)
 from seqcore.metrics.evaluation import (
-    EvalSpec, Evaluation, bucket_name, evaluate_predictions, failure_rate_table,
-    hypothesis_unk_rate, length_edges, teacher_metrics)
+    EvalSpec,
+    Evaluation,
+    bucket_name,
+    evaluate_predictions,
+    failure_rate_table,
+    hypothesis_unk_rate,
+    length_edges,
+    teacher_metrics,
+)
 from seqcore.metrics.failures import KINDS, FailureRules
 from seqcore.metrics.scores import ErrorStats
 from seqcore.metrics.teacher import TeacherStats, nll_summary

@@ -39,7 +39,6 @@ from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import (
     TooManySkippedSteps,
     TrainLoop,
-    adopt_migrated_folder,
     autocast_context,
 )
 from tests.factories import IDS, S2S_SEED, examples, kill_after, s2s_loop, tiny_model
@@ -418,12 +417,6 @@ def test_latest_good_lists_and_reports_each_newer_unusable_checkpoint(
     assert found is not None and found.path.name == "ckpt-00000001.pt"
     assert found.skipped == [f"ckpt-00000002.pt: {reason}"]
     assert capsys.readouterr().err == f"warning: skipping unusable checkpoint {bad}: {reason}\n"
-
-
-def test_a_folder_without_a_usable_checkpoint_is_never_adopted(tmp_path: Path) -> None:
-    (tmp_path / "old" / "ledger").mkdir(parents=True)  # a run stopped before its first save
-    assert adopt_migrated_folder(tmp_path, "new", {"task": "s2s"}) is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
 
 
 # -- the console: progress bar and throughput -----------------------------------------------------

@@ -16,7 +16,14 @@ from seqcore.data.examples import Example, encode_pairs, read_examples, write_ex
 from seqcore.data.prepare import Prepared, input_format, prepare_pairs
 from seqcore.data.readers import HeaderError, read_pairs
 from seqcore.data.records import (
-    BadRowError, Pair, Reject, read_pairs_jsonl, variant_counts, write_pairs, write_rejects)
+    BadRowError,
+    Pair,
+    Reject,
+    read_pairs_jsonl,
+    variant_counts,
+    write_pairs,
+    write_rejects,
+)
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from tests.factories import IDS
 
