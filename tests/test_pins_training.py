@@ -34,7 +34,7 @@ from seqcore.training.checkpoint import (
     ledger_files,
     step_of,
 )
-from seqcore.training.distributed import WorldMismatch
+from seqcore.training.distributed import World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import (
     TooManySkippedSteps,
@@ -203,6 +203,19 @@ def test_scheduled_sampling_draws_from_the_loops_generator_never_the_global_one(
     assert loop.train_step().ss_prob == pytest.approx(0.5)
     assert torch.equal(torch.get_rng_state(), global_before)
     assert not torch.equal(loop.gen.get_state(), own_before)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 3])
+def test_scheduled_sampling_seeds_its_generator_per_rank_by_the_stated_rule(
+    tmp_path: Path, rank: int,
+) -> None:
+    # docs/scale-out.md: train.seed + 1 + 7919 x rank (rank 0 = the single process)
+    cfg = TrainConfig(seed=S2S_SEED, amp="none", threads=1)
+    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7)
+    loop = TrainLoop(model, cfg, Seq2SeqFeed((examples(4), []), IDS, NOLS, cfg),
+                     CheckpointDir(tmp_path, cfg.keep_last), {"task": "s2s"}, 16,
+                     World(rank=rank, size=4, backend="gloo"))
+    assert loop.gen.initial_seed() == S2S_SEED + 1 + 7919 * rank
 
 
 # -- evaluation, the best checkpoint and the ledger ----------------------------------------------
