@@ -47,10 +47,10 @@ mutate: $(STAMP)
 	python tools/mutate.py
 
 # Generated mutants (issue 32): mutmut 3 over the modules in pyproject.toml [tool.mutmut],
-# each mutant tested by the fast tests that reach it; the survivors of the first two tranches
-# and why each is equivalent are in docs/rules.md (the third's are measured, not yet
-# triaged). Installs the pinned tool first (locks/mutate.txt); slow, not part of CI.
-# `mutmut results` lists the survivors, `mutmut show NAME` shows one.
+# each mutant tested by the fast tests that reach it; 6,244 of 6,573 killed (95.0 %), and
+# every survivor with the reason it is equivalent or out of the fast tier's reach is in
+# docs/rules.md. Installs the pinned tool first (locks/mutate.txt); slow (over an hour on
+# 2 cores), not part of CI. `mutmut results` lists the survivors, `mutmut show NAME` one.
 mutate-generated: $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps -r locks/mutate.txt
 	$(BIN)/mutmut run --max-children 2
