@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from seqcore.contract import IGNORE_INDEX
 
@@ -97,5 +97,5 @@ def labelled_nll(logits: torch.Tensor, labels: torch.Tensor
     # NaN) reaches neither the sums nor the gradient; multiplying by a 0/1 mask would not
     # (0 * NaN = NaN).
     seq_index = valid.nonzero()[:, 0]  # (N,) batch row of each valid token
-    logp = F.log_softmax(logits[valid].float(), dim=-1)  # (N, V)
+    logp = functional.log_softmax(logits[valid].float(), dim=-1)  # (N, V)
     return valid, seq_index, logp, -logp.gather(-1, labels[valid][:, None])[:, 0]

@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import pad_batch
@@ -37,7 +37,7 @@ V = 12
 
 def bumped_logits(hot: torch.Tensor, bump: float) -> torch.Tensor:
     """(B, T, V) logits, zero except ``bump`` at the token ``hot`` (B, T) names."""
-    return F.one_hot(hot, V).float() * bump
+    return functional.one_hot(hot, V).float() * bump
 
 
 HOT = torch.tensor([[4, 9, 5, 11], [7, 6, 10, 3]])  # (B, T): a different token at each position
@@ -376,7 +376,7 @@ def test_feed_forward_is_linear_relu_dropout_on_the_hidden_units_linear() -> Non
     torch.manual_seed(5)
     got = ff(x)
     torch.manual_seed(5)
-    hidden = F.dropout(torch.relu(x @ lin1.weight.T + lin1.bias), 0.5, training=True)
+    hidden = functional.dropout(torch.relu(x @ lin1.weight.T + lin1.bias), 0.5, training=True)
     torch.testing.assert_close(got, hidden @ lin2.weight.T + lin2.bias, rtol=0, atol=1e-6)
 
 

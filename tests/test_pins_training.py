@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 import seqcore.training.loop as loop_module
 from seqcore.blobs import UnusableCheckpoint
@@ -178,7 +178,7 @@ def test_sequence_mean_over_a_single_sequence_divides_its_loss_by_one(tmp_path: 
         logits = loop.model(b.src, b.src_mask, b.tf.inputs)[0]  # (T, V)
     labels = b.tf.labels[0]
     keep = labels != IGNORE_INDEX
-    expected = float(F.cross_entropy(logits[keep], labels[keep]))  # the sequence's token mean
+    expected = float(functional.cross_entropy(logits[keep], labels[keep]))  # the sequence's token mean
     assert loop.train_step().loss == pytest.approx(expected, rel=1e-5)
 
 
@@ -231,7 +231,7 @@ def dev_token_nll(model: torch.nn.Module, dev: list[Example]) -> float:
             labels = b.tf.labels[0]
             keep = labels != IGNORE_INDEX
             logits = model(b.src, b.src_mask, b.tf.inputs)[0]
-            total += float(F.cross_entropy(logits[keep], labels[keep], reduction="sum"))
+            total += float(functional.cross_entropy(logits[keep], labels[keep], reduction="sum"))
             count += int(keep.sum())
     return total / count
 

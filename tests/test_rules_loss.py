@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import IGNORE_INDEX, SpecialIds
@@ -57,11 +57,11 @@ def test_loss_ignores_pad_in_numerator_and_denominator() -> None:
     logits = torch.randn(2, 4, 7)
     labels = torch.tensor([[4, 5, 6, EOS], [5, EOS, IGNORE_INDEX, IGNORE_INDEX]])
     out = sequence_loss(logits, labels, "token-mean", 0.0, (PAD, BOS))
-    reference = F.cross_entropy(logits.view(-1, 7), labels.view(-1), ignore_index=IGNORE_INDEX)
+    reference = functional.cross_entropy(logits.view(-1, 7), labels.view(-1), ignore_index=IGNORE_INDEX)
     assert out.tokens == 6
     torch.testing.assert_close(out.total / out.denominator("token-mean"), reference)
     longer = torch.cat([logits, torch.randn(2, 3, 7)], dim=1)  # 3 more PAD positions
-    labels_longer = F.pad(labels, (0, 3), value=IGNORE_INDEX)
+    labels_longer = functional.pad(labels, (0, 3), value=IGNORE_INDEX)
     out2 = sequence_loss(longer, labels_longer, "token-mean", 0.0, (PAD, BOS))
     torch.testing.assert_close(out2.total, out.total)
     assert out2.tokens == out.tokens

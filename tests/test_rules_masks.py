@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
 from seqcore.contract import IGNORE_INDEX, attention_mask, masked_softmax, pad_batch
 from seqcore.losses import sequence_loss
@@ -59,12 +59,12 @@ def test_masks_act_on_keys_pad_key_gets_zero_weight() -> None:
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 1, 3))
     # scaled_dot_product_attention with the same mask ignores the PAD keys' values entirely
     q, k, v = torch.randn(3, 2, 1, 4, 8).unbind(0)
-    out = F.scaled_dot_product_attention(q[:, :, :3], k, v, attn_mask=allowed)
+    out = functional.scaled_dot_product_attention(q[:, :, :3], k, v, attn_mask=allowed)
     v_junk = v.clone()
     v_junk[0, :, 2:] = 1e4
     k_junk = k.clone()
     k_junk[0, :, 2:] = -1e4
-    out_junk = F.scaled_dot_product_attention(q[:, :, :3], k_junk, v_junk, attn_mask=allowed)
+    out_junk = functional.scaled_dot_product_attention(q[:, :, :3], k_junk, v_junk, attn_mask=allowed)
     torch.testing.assert_close(out_junk, out)
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal, Self
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+from torch.nn import functional
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from seqcore.contract import attention_mask, causal_mask
@@ -113,7 +113,7 @@ class Attention(nn.Module):
         q = self._heads(self.q(x))
         p = self.dropout if self.training else 0.0
         with sdpa_kernel(SDPBackend.MATH) if self.kernel == "math" else nullcontext():
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            y = functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         b, h, t, dh = y.shape
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))  # (B, T, D)
 
