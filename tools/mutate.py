@@ -280,7 +280,7 @@ MUTANTS: list[Mutant] = [
            ("tests/test_baseline.py", "-k", "aligner")),
     # -- issue 32: bugs written independently of this list, each once missed by every test --
     Mutant("unplanted: the GradScaler state not restored on resume", "seqcore/training/loop.py",
-           '        self.scaler.load_state_dict(p["scaler"])', "        pass",
+           '        self.scaler.load_state_dict(c.scaler)', "        pass",
            ("tests/test_resume_boundaries.py", "-k", "grad_scaler")),
     Mutant("unplanted: the truncated failure mode never set", "seqcore/metrics/failures.py",
            '    if not row.eos:\n        found.add("truncated")',
