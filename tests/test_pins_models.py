@@ -93,6 +93,19 @@ def eligible(batch_mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def mixed_inputs(feed: Seq2SeqFeed, batch, bump: float, p: float, seed: int
+                 ) -> list[torch.Tensor]:
+    """The second pass's decoder inputs under two global seeds (which must play no part),
+    with the training generator seeded ``seed``."""
+    seen = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        model = Oracle(bump)
+        feed.loss(model, batch, p, torch.Generator().manual_seed(seed))
+        seen.append(model.calls[1])
+    return seen
+
+
 def test_scheduled_sampling_off_runs_one_pass_and_draws_nothing_from_the_generator() -> None:
     feed = ss_feed("sample")
     batch, model, gen = feed.draw(), Oracle(0.01), torch.Generator().manual_seed(4)
@@ -110,11 +123,8 @@ def test_scheduled_sampling_replaces_inputs_where_the_generators_uniform_draw_is
     u = torch.rand(batch.tf.inputs.shape, generator=torch.Generator().manual_seed(11))
     expected = torch.where(eligible(batch.tf.mask) & (u < 0.5), 7, batch.tf.inputs)
     assert not torch.equal(expected, batch.tf.inputs)
-    for global_seed in (1, 2):
-        torch.manual_seed(global_seed)
-        model = Oracle(0.01)
-        feed.loss(model, batch, 0.5, torch.Generator().manual_seed(11))
-        assert torch.equal(model.calls[1], expected)
+    for seen in mixed_inputs(feed, batch, 0.01, 0.5, 11):
+        assert torch.equal(seen, expected)
 
 
 def test_scheduled_sampling_samples_the_first_pass_from_the_training_generator() -> None:
@@ -127,11 +137,8 @@ def test_scheduled_sampling_samples_the_first_pass_from_the_training_generator()
     draws = torch.multinomial(torch.full((b * t, V), 1 / V), 1, generator=g).view(b, t)
     shifted = torch.cat([batch.tf.inputs[:, :1], draws[:, :-1]], dim=1)
     expected = torch.where(eligible(batch.tf.mask), shifted, batch.tf.inputs)
-    for global_seed in (1, 2):
-        torch.manual_seed(global_seed)
-        model = Oracle(0.0)
-        feed.loss(model, batch, 1.0, torch.Generator().manual_seed(12))
-        assert torch.equal(model.calls[1], expected)
+    for seen in mixed_inputs(feed, batch, 0.0, 1.0, 12):
+        assert torch.equal(seen, expected)
 
 
 def test_scheduled_sampling_draws_on_the_cpu_and_mixes_on_the_batchs_device() -> None:

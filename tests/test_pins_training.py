@@ -48,8 +48,10 @@ NOLS = SequenceConfig(label_smoothing=0.0)
 
 
 def plain_loop(tmp_path: Path, train: list[Example], dev: list[Example] | None = None,
-               seq: SequenceConfig = NOLS, **overrides: object) -> TrainLoop:
-    """A tiny dropout-free run (so train and eval mode compute alike) with a dev set."""
+               seq: SequenceConfig = NOLS, world: World = World(), **overrides: object
+               ) -> TrainLoop:
+    """A tiny dropout-free run (so train and eval mode compute alike) with a dev set, as
+    rank ``world.rank`` of ``world.size``."""
     cfg = TrainConfig(**{"seed": S2S_SEED, "amp": "none", "batch_size": 4, "bucket_width": 2,
                          "max_steps": 4, "schedule": "constant", "lr": 1e-2, "warmup_steps": 0,
                          "eval_every": 100, "checkpoint_every": 100, "ledger_every": 0,
@@ -57,7 +59,7 @@ def plain_loop(tmp_path: Path, train: list[Example], dev: list[Example] | None =
     model = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
     feed = Seq2SeqFeed((train, dev or []), IDS, seq, cfg)
     return TrainLoop(model, cfg, feed, CheckpointDir(tmp_path / "ck", cfg.keep_last),
-                     {"task": "s2s"}, 16)
+                     {"task": "s2s"}, 16, world)
 
 
 def record_indices(loop: TrainLoop) -> list[list[int]]:
@@ -210,11 +212,7 @@ def test_scheduled_sampling_seeds_its_generator_per_rank_by_the_stated_rule(
     tmp_path: Path, rank: int,
 ) -> None:
     # docs/scale-out.md: train.seed + 1 + 7919 x rank (rank 0 = the single process)
-    cfg = TrainConfig(seed=S2S_SEED, amp="none", threads=1)
-    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7)
-    loop = TrainLoop(model, cfg, Seq2SeqFeed((examples(4), []), IDS, NOLS, cfg),
-                     CheckpointDir(tmp_path, cfg.keep_last), {"task": "s2s"}, 16,
-                     World(rank=rank, size=4, backend="gloo"))
+    loop = plain_loop(tmp_path, examples(4), world=World(rank=rank, size=4, backend="gloo"))
     assert loop.gen.initial_seed() == S2S_SEED + 1 + 7919 * rank
 
 
