@@ -59,7 +59,7 @@ def common_contract_checks(cfg: Config, files: ResultFiles) -> list[str]:
         str(raw): sha256_file(raw) if raw.exists() else "missing"}
         | ({"params data.sha256": cfg.data.sha256} if cfg.data.sha256 else {}))
     diffs += json_diffs("decode settings", ("params.yaml", "predictions header"),
-                          as_dict(cfg.decode), header.decode)
+                          as_dict(cfg.decode), as_dict(header.decode))
     return diffs
 
 

@@ -490,6 +490,19 @@ def _did_you_mean(word: str, choices: list[str], where: str = "") -> str:
     return f"; did you mean {_key(where, close[0])}?" if close else ""
 
 
+def section_from_dict(cls: type, raw: Any, where: str) -> Any:
+    """The config section ``cls`` from a mapping that must name every field (a file that
+    records a section whole, as a predictions header its decode settings); ConfigError (one
+    line naming ``where``'s key) on a missing or unknown key or a wrong type. No range or rule
+    check: the stage that wrote it checked the params it came from."""
+    missing = [f.name for f in dataclasses.fields(cls)
+               if isinstance(raw, dict) and f.name not in raw]
+    if missing:
+        raise ConfigError(f"{_key(where, missing[0])}: missing"
+                          f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")
+    return _build(cls, raw, where)
+
+
 def _build(cls: type, raw: Any, where: str) -> Any:
     if not isinstance(raw, dict):
         _fail(where or "(whole file)", raw, "expected a mapping of keys to values")

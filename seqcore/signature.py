@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from seqcore import __version__
-from seqcore.config import Config
+from seqcore.config import Config, DecodeConfig, as_dict
 
 if TYPE_CHECKING:  # the contract class imports torch (SpecialIds); signatures need none
     from seqcore.artifacts.tokenizer_contract import TokenizerContract
@@ -95,7 +95,7 @@ def data_signature(cfg: Config, raw_sha256: str) -> str:
 
 
 def result_fields(contract_sig: str, training_contract_hash: str, model_sha256: str,
-                  decode: dict[str, Any] | None, resampling: str | None) -> dict[str, str]:
+                  decode: DecodeConfig | None, resampling: str | None) -> dict[str, str]:
     """The ordered fields of the result signature: the contract signature's, the training
     contract hash (the checkpoint folder's name), the model file hash, the decode settings
     that change the outputs (only those of the strategy used) and the bootstrap's.
@@ -126,8 +126,9 @@ DECODE_FIELDS = {
 }
 
 
-def decode_fields(decode: dict[str, Any]) -> dict[str, str]:
+def decode_fields(settings: DecodeConfig) -> dict[str, str]:
     """The decode settings that change the predictions, as signature fields."""
+    decode = as_dict(settings)
     keys = DECODE_FIELDS["COMMON"] + DECODE_FIELDS.get(str(decode.get("strategy")), ())
     out = {name: _text(decode.get(key)) for key, name in keys}
     if decode.get("rescore") not in (None, "none"):
@@ -142,7 +143,7 @@ def _text(value: Any) -> str:
 
 
 def result_signature(contract_sig: str, training_contract_hash: str, model_sha256: str,
-                     decode: dict[str, Any] | None, resampling: str | None) -> str:
+                     decode: DecodeConfig | None, resampling: str | None) -> str:
     return format_signature(result_fields(contract_sig, training_contract_hash, model_sha256,
                                           decode, resampling))
 

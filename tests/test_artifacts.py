@@ -24,7 +24,8 @@ from seqcore.artifacts.manifests import (
     SplitCounts,
 )
 from seqcore.artifacts.model_file import LMInfo, ModelFile, ModelInfo, ModelMeta
-from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import (
+    BaselineSettings, PredictionRow, Predictions, PredictionsHeader)
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.tokenizer_contract import (
@@ -35,7 +36,7 @@ from seqcore.artifacts.tokenizer_contract import (
 )
 from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
-from seqcore.config import ModelConfig, TransformerConfig
+from seqcore.config import BaselineConfig, DecodeConfig, ModelConfig, TransformerConfig
 from seqcore.contract import SpecialIds
 from seqcore.tasks.lm.model import RNNLMShape
 from tests.factories import REPO
@@ -146,15 +147,40 @@ def test_predictions_and_their_header_read_back_what_they_write(tmp_path: Path) 
     pred = tmp_path / "test.jsonl"
     Predictions([ROW, ROW]).save(pred)
     assert Predictions.load(pred).rows == [ROW, ROW]
-    header = PredictionsHeader({"strategy": "greedy"}, "c" * 64, 2, "task:g2p|fmt:1",
-                               {"device_kind": "cpu"}, {"src": "a", "tgt": "b"}, {"os": "x"})
+    header = PredictionsHeader(DecodeConfig(strategy="greedy", banned_tokens=(7,)), "c" * 64, 2,
+                               "task:g2p|fmt:1", {"device_kind": "cpu"}, {"src": "a", "tgt": "b"})
     header.save(pred)
     assert PredictionsHeader.load(pred) == header
-    lm = PredictionsHeader({"strategy": "greedy"}, "c" * 64, 0, task="lm", note="nothing")
+    baseline = PredictionsHeader(BaselineSettings.of(BaselineConfig(), "phonetisaurus", 500),
+                                 "f" * 64, 2, "baseline:phonetisaurus")
+    baseline.save(pred)
+    assert PredictionsHeader.load(pred) == baseline
+    lm = PredictionsHeader(DecodeConfig(), "c" * 64, 0, task="lm", note="nothing")
     lm.save(pred)
     assert set(json.loads(pred.with_suffix(".header.json").read_text())) == {
         "decode", "model_sha256", "rows", "task", "note"}
     assert PredictionsHeader.load(pred) == lm
+
+
+@pytest.mark.parametrize(("edit", "named"), [
+    (lambda d: {k: v for k, v in d.items() if k != "rescore"}, "decode.rescore: missing"),
+    (lambda d: d | {"beam_width": 5}, "decode.beam_width"),
+    (lambda d: d | {"strategy": "sampling"}, "decode.strategy"),
+    (lambda d: d | {"max_len": "32"}, "decode.max_len"),
+], ids=["missing", "unknown", "bad choice", "wrong type"])
+def test_a_header_whose_decode_settings_this_code_cannot_read_is_refused_in_one_line(
+        tmp_path: Path, edit: object, named: str) -> None:
+    """The decode settings are typed (the decode section): a header whose settings lack a
+    field, carry another, or hold a value the section does not allow is refused, naming the
+    file and the key, rather than signed or reported with a default in its place."""
+    pred = tmp_path / "test.jsonl"
+    PredictionsHeader(DecodeConfig(), "c" * 64, 0, task="lm").save(pred)
+    path = pred.with_suffix(".header.json")
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data | {"decode": edit(data["decode"])}))  # type: ignore[operator]
+    with pytest.raises(ArtifactError, match=f"not a predictions header file .*{named}") as err:
+        PredictionsHeader.load(pred)
+    one_line_refusal(err, path)
 
 
 def test_predictions_header_of_another_version_is_refused_in_one_line_naming_the_file(
@@ -172,7 +198,7 @@ def test_predictions_header_with_a_field_this_code_does_not_write_is_refused_in_
     """The producing environment left the header in issue 34 (the MLflow run holds it): a
     header that still carries it is another seqcore's, refused as one line naming it."""
     pred = tmp_path / "test.jsonl"
-    PredictionsHeader({"strategy": "greedy"}, "c" * 64, 0, task="lm").save(pred)
+    PredictionsHeader(DecodeConfig(), "c" * 64, 0, task="lm").save(pred)
     path = pred.with_suffix(".header.json")
     path.write_text(json.dumps(json.loads(path.read_text()) | {"environment": {"os": "x"}}))
     with pytest.raises(ArtifactError, match="not a predictions header file .*environment") as err:

@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from pipeline.compare import main
-from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import (
+    BaselineSettings, PredictionRow, Predictions, PredictionsHeader)
+from seqcore.config import BaselineConfig, DecodeConfig
 from seqcore.metrics.comparison import NotComparable, check_same_rows
 from tests.factories import REPO
 from tests.pipeline_helpers import copy_result, empty_mlflow_store, run_audit
@@ -37,7 +39,7 @@ def write(folder: Path, data: list[PredictionRow], signature: str = SIG) -> Path
     path = folder / "predictions" / "test.jsonl"
     path.parent.mkdir(parents=True)
     Predictions(data).save(path)
-    PredictionsHeader({"strategy": "greedy"}, "0" * 64, len(data), signature).save(path)
+    PredictionsHeader(DecodeConfig(strategy="greedy"), "0" * 64, len(data), signature).save(path)
     return folder
 
 
@@ -98,7 +100,7 @@ def test_the_baseline_folder_compares_with_a_model_on_the_same_rows(
     base = tmp_path / "baseline"
     base.mkdir()
     Predictions(rows(60, 45)).save(base / "test.jsonl")
-    PredictionsHeader({"kind": "phonetisaurus"}, "0" * 64, 60,
+    PredictionsHeader(BaselineSettings.of(BaselineConfig(), "phonetisaurus", 500), "0" * 64, 60,
                       "baseline:phonetisaurus|version:0.3.2|order:8").save(base / "test.jsonl")
     model = write(tmp_path / "model", rows(60, 30))
     code, out, _ = run_main(capsys, str(base), str(model), "--params", str(params))

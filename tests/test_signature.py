@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.stage import signature
-from seqcore.config import Config, SequenceConfig, TrainConfig, load_config
+from seqcore.config import Config, DecodeConfig, SequenceConfig, TrainConfig, load_config
 from seqcore.signature import (
     GUARD_KEYS, NO_RESULT_KEYS, contract_signature, data_signature, derived_params,
     inherited_diff, parse_signature, result_params, result_signature,
@@ -98,18 +98,19 @@ def test_stage_stops_with_a_field_diff_when_the_stored_signature_does_not_extend
     assert "eos: '4' != '3'" in message and "maxsrc: '48' != '32'" in message
 
 
-DECODE = {"split": "test", "strategy": "greedy", "beam_size": 5, "n_best": 1,
-          "length_norm": "gnmt", "alpha": 0.6, "min_len": 0, "max_len": 32,
-          "max_len_ratio": 0.0, "no_repeat_ngram": 0, "temperature": 1.0, "top_k": 0,
-          "top_p": 1.0, "seed": 0, "batch_size": 64, "banned_tokens": [], "device": "auto",
-          "rescore": "baseline", "rescore_weight": 0.6}
+DECODE = DecodeConfig(strategy="greedy", batch_size=64, device="auto")
+DRAWS = "ci:95|bs:1000|rs:12345|by:word"
+
+
+def decoded(**changes: object) -> DecodeConfig:
+    return dataclasses.replace(DECODE, **changes)
 
 
 def test_a_greedy_and_a_beam_result_of_one_model_sign_differently(cfg: Config) -> None:
     sig = contract_signature(cfg, CONTRACT)
     args = (sig, "c" * 64, "m" * 64)
-    greedy = result_signature(*args, DECODE, "ci:95|bs:1000|rs:12345|by:word")
-    beam = result_signature(*args, DECODE | {"strategy": "beam"}, "ci:95|bs:1000|rs:12345|by:word")
+    greedy = result_signature(*args, DECODE, DRAWS)
+    beam = result_signature(*args, decoded(strategy="beam"), DRAWS)
     assert greedy != beam
     assert parse_signature(beam)["beam"] == "5" and "beam" not in parse_signature(greedy)
     assert inherited_diff(greedy, sig.rsplit("|fmt:", 1)[0]) == []
@@ -119,11 +120,10 @@ def test_a_greedy_and_a_beam_result_of_one_model_sign_differently(cfg: Config) -
         "greedy", "baseline", "0.6", "1000")
     # a setting of another strategy does not change a greedy result's signature; one of its
     # own, the model, the training contract or the bootstrap does
-    assert result_signature(*args, DECODE | {"beam_size": 3}, "ci:95|bs:1000|rs:12345|by:word"
-                            ) == greedy
+    assert result_signature(*args, decoded(beam_size=3), DRAWS) == greedy
     for changed in (result_signature(sig, "d" * 64, "m" * 64, DECODE, "bs:1000"),
                     result_signature(sig, "c" * 64, "n" * 64, DECODE, "bs:1000"),
-                    result_signature(*args, DECODE | {"max_len": 20}, "bs:1000"),
+                    result_signature(*args, decoded(max_len=20), "bs:1000"),
                     result_signature(*args, DECODE, "bs:500")):
         assert changed != result_signature(*args, DECODE, "bs:1000")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
+from seqcore.config import BaselineConfig, ConfigError, DecodeConfig, section_from_dict
 from seqcore.jsonl import read_jsonl, write_jsonl
 
 
@@ -38,6 +39,30 @@ def header_path(predictions: str | Path) -> Path:
 
 
 @dataclass(frozen=True)
+class BaselineSettings(BaselineConfig):
+    """The settings the baseline's predictions were made with (the ``decode`` field of
+    ``baseline/<split>.header.json``): its config, ``kind`` resolved to the tool that made
+    them, and that tool's search beam. Every field is written; a header read back needs all."""
+
+    beam: int = 0
+
+    @classmethod
+    def of(cls, cfg: BaselineConfig, tool: str, beam: int) -> BaselineSettings:
+        return cls(**asdict(cfg) | {"kind": tool, "beam": beam})
+
+
+#: What a predictions header's ``decode`` field holds: the model's decode section, or the
+#: baseline's settings (told apart by ``kind``, which only the baseline's carry).
+DecodeSettings = DecodeConfig | BaselineSettings
+
+
+def decode_settings(raw: Any) -> DecodeSettings:
+    """The typed ``decode`` field of a header (ConfigError naming the key otherwise)."""
+    cls = BaselineSettings if isinstance(raw, dict) and "kind" in raw else DecodeConfig
+    return section_from_dict(cls, raw, "decode")
+
+
+@dataclass(frozen=True)
 class PredictionsHeader:
     """What the decode stage records next to the predictions.
 
@@ -48,14 +73,15 @@ class PredictionsHeader:
     Fields that are None are not written (each kind of header keeps its bytes).
 
     Attributes:
-        decode: the decode section the predictions were made with (``as_dict(cfg.decode)``).
+        decode: the settings the predictions were made with: the decode section
+            (``cfg.decode``), or the baseline's (:class:`BaselineSettings`).
         trained_on: where the model was trained (device_kind, nproc, backend; issue 16).
     """
 
     #: Headers carry no version field (bytes kept); a missing one reads as version 1.
     SCHEMA_VERSION: ClassVar[int] = UNVERSIONED
 
-    decode: dict[str, Any]
+    decode: DecodeSettings
     model_sha256: str
     rows: int
     signature: str | None = None
@@ -75,8 +101,8 @@ class PredictionsHeader:
         path = header_path(predictions)
         data = read_versioned(path, "predictions header", cls.SCHEMA_VERSION)
         try:
-            return cls(**data)
-        except TypeError as err:
+            return cls(**data | {"decode": decode_settings(data.get("decode"))})
+        except (TypeError, ConfigError) as err:
             raise fields_error(path, "predictions header", err) from None
 
 

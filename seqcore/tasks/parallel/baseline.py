@@ -15,9 +15,10 @@ import tempfile
 from pathlib import Path
 
 from seqcore.artifacts.baseline import SPLITS, BaselineRecord
-from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import (
+    BaselineSettings, PredictionRow, Predictions, PredictionsHeader)
 from seqcore.baselines import phonetisaurus
-from seqcore.config import Config, as_dict
+from seqcore.config import Config
 from seqcore.data.examples import Example, read_examples
 from seqcore.data.records import Reject, write_rejects
 from seqcore.hashing import sha256_file
@@ -77,7 +78,7 @@ def baseline(cfg: Config, io: StageIO) -> None:
         rows = predict(out / "model.fst", read_examples(encoded / f"{split}.jsonl"),
                        cfg.baseline.nbest)
         Predictions(rows).save(out / f"{split}.jsonl")
-        settings = as_dict(cfg.baseline) | {"kind": "phonetisaurus", "beam": phonetisaurus.BEAM}
+        settings = BaselineSettings.of(cfg.baseline, "phonetisaurus", phonetisaurus.BEAM)
         PredictionsHeader(settings, fst_sha, len(rows), sig).save(out / f"{split}.jsonl")
     reasons = dict(Counter(r.reason for r in trained.rejected))
     BaselineRecord("phonetisaurus", sig, train_rows=trained.rows, rejected=reasons,

@@ -10,7 +10,7 @@ from seqcore.artifacts.model_file import ModelFile
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
-from seqcore.config import Config, as_dict
+from seqcore.config import Config
 from seqcore.data.examples import Example, read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
@@ -98,6 +98,6 @@ def decode(cfg: Config, io: StageIO) -> None:
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     Predictions(rows).save(out)
     PredictionsHeader(
-        as_dict(cfg.decode), sha256_file(Path(cfg.paths.model)), len(rows), sig,
+        cfg.decode, sha256_file(Path(cfg.paths.model)), len(rows), sig,
         trained_on=meta.trained_on(), tokenizer_sha256=tc.sha256(), note=note).save(out)
     io.note(f"{len(rows)} {cfg.decode.split} examples -> {out}")

@@ -18,7 +18,7 @@ from seqcore.artifacts.predictions import PredictionRow, Predictions, Prediction
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.artifacts.train_metrics import TrainMetrics
-from seqcore.config import Config
+from seqcore.config import Config, as_dict
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import read_examples
 from seqcore.determinism import set_determinism
@@ -181,7 +181,7 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
                                            ("metrics by length bucket", "buckets.png"),
                                            ("failure-mode rates", "failure_rates.png"))}
     Path(cfg.paths.report).write_text(render_report(
-        metrics, result, header.decode, eval_spec(cfg).rules.describe(), images,
+        metrics, result, as_dict(header.decode), eval_spec(cfg).rules.describe(), images,
         training_summary(TrainMetrics.load(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
         encoding="utf-8")
 
