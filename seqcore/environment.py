@@ -38,9 +38,10 @@ class Environment:
 
 
 def installed_packages() -> list[str]:
-    """Sorted, de-duplicated ``name==version`` of every installed distribution."""
-    found = {f"{(d.metadata['Name'] or '').lower().replace('_', '-')}=={d.version}"
-             for d in importlib.metadata.distributions()}
+    """Sorted, de-duplicated ``name==version`` of every installed distribution (each
+    METADATA file parsed once: ``Distribution.version`` would parse it again)."""
+    found = {f"{(meta['Name'] or '').lower().replace('_', '-')}=={meta['Version']}"
+             for meta in (d.metadata for d in importlib.metadata.distributions())}
     return sorted(found)
 
 
