@@ -7,6 +7,7 @@ The normalisation form and case folding are contract parameters: they are record
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Literal
 
@@ -31,9 +32,23 @@ def normalize(text: str, form: Normalization, casefold: bool) -> str:
     return " ".join(text.split())
 
 
+#: Unicode's category Cc: the C0 controls, DEL and the C1 controls, fixed by the standard's
+#: stability policy (tests/test_text.py checks every code point against unicodedata).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def has_control_chars(text: str) -> bool:
     """True if the text holds a Unicode control character (category Cc), tab included."""
-    return any(unicodedata.category(ch) == "Cc" for ch in text)
+    return _CONTROL.search(text) is not None
+
+
+def normalization_changes(text: str, form: Normalization) -> bool:
+    """True if :func:`normalize` with ``form`` (no case folding) gives another text than with
+    ``"none"``: the form changes a character (the common case, text already in the form, is
+    answered without normalising)."""
+    if form == "none" or unicodedata.is_normalized(form.upper(), text):
+        return False
+    return normalize(text, form, False) != normalize(text, "none", False)
 
 
 def unencodable_reason(text: str) -> str | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from seqcore.data.records import BadRowError, Pair, ReadResult, Reject
-from seqcore.text import Normalization, normalize, unencodable_reason
+from seqcore.text import Normalization, normalization_changes, normalize, unencodable_reason
 
 Policy = Literal["strict", "skip"]
 Format = Literal["cmudict", "tsv", "jsonl"]
@@ -107,8 +107,7 @@ def read_pairs(
         result.pairs.append(pair)
         sides = (("source", fields.source), ("target", fields.target))
         result.rejects += [Reject(name, lineno, f"{norm}-changed-{side}", text, "altered")
-                           for side, value in sides
-                           if normalize(value, norm, False) != normalize(value, "none", False)]
+                           for side, value in sides if normalization_changes(value, norm)]
         if len(result.pairs) == limit:
             break
     return result
