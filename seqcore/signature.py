@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from seqcore import __version__
-from seqcore.config import Config, DecodeConfig, as_dict
+from seqcore.config import Config, DecodeConfig
 
 if TYPE_CHECKING:  # the contract class imports torch (SpecialIds); signatures need none
     from seqcore.artifacts.tokenizer_contract import TokenizerContract
@@ -126,13 +126,12 @@ DECODE_FIELDS = {
 }
 
 
-def decode_fields(settings: DecodeConfig) -> dict[str, str]:
+def decode_fields(decode: DecodeConfig) -> dict[str, str]:
     """The decode settings that change the predictions, as signature fields."""
-    decode = as_dict(settings)
-    keys = DECODE_FIELDS["COMMON"] + DECODE_FIELDS.get(str(decode.get("strategy")), ())
-    out = {name: _text(decode.get(key)) for key, name in keys}
-    if decode.get("rescore") not in (None, "none"):
-        out["rw"] = _text(decode.get("rescore_weight"))
+    keys = DECODE_FIELDS["COMMON"] + DECODE_FIELDS.get(decode.strategy, ())
+    out = {name: _text(getattr(decode, key)) for key, name in keys}
+    if decode.rescore != "none":
+        out["rw"] = _text(decode.rescore_weight)
     return out
 
 
