@@ -21,7 +21,7 @@ from pipeline.dvc_files import pipeline_stages
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.signature import NO_RESULT_KEYS, inherited_diff
 from seqcore.blobs import load_blob, save_blob
-from tests.pipeline_helpers import AUDIT_SAMPLE, run_audit, tool_env
+from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, tool_env
 
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
@@ -288,7 +288,7 @@ def test_nonblank_lines_count_records_not_blank_lines(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
         result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    repo = copy_result(result[0], tmp_path / "copy")  # the experiment's run logs into the copy
     res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "exp", "run", "-S",
                           "decode.beam_size=6"], cwd=repo, env=tool_env(), capture_output=True,
                          text=True)

@@ -55,8 +55,7 @@ def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
-    """The newest run of the copy's store. Its artifacts may live in the shared result's
-    folder (the store records absolute paths): edit only runs the test itself logged."""
+    """The newest run of the copy's store (a `copy_result`: its artifacts live in the copy)."""
     client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     exp = client.get_experiment_by_name("seqcore-g2p")
     run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
@@ -199,7 +198,9 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
         kind: str, audit_result: tuple[Path, str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     forge, expected, message = FORGERIES[kind]
-    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
+    # copy_result: the copy's store keeps its artifacts in the copy, so what the forger logs
+    # (evaluate's new run, edited artifacts) never lands in the shared result
+    repo = copy_result(audit_result[0], tmp_path / "copy")
     forge(repo, monkeypatch)
     report = run_audit(repo, monkeypatch)
     assert set(report.failed()) == expected, report.render()
