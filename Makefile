@@ -58,7 +58,9 @@ mutate-generated: $(STAMP)
 
 # The `full` profile (issue 17; docs/quality.md): a 3+3-layer d=256 Transformer and 18,000
 # steps; like the default, no dropout, the unfused attention kernel, the last weights and
-# beam 5 -- 2 h 09 min on 2 CPU cores; test WER 26.0 % against any reference
+# beam 5 -- 2 h 09 min on 2 CPU cores in bf16 (an avx512_bf16 CPU); in fp32, which it now
+# inherits from the default, about 3 h 30 min of training on 2 Intel Xeon cores
+# (docs/quality.md); test WER 26.0 % against any reference
 # (docs/full-profile/). A DVC experiment from the committed default, so `dvc exp show` sets
 # it beside the default run and MLflow records it as its own run.
 FULL := -S model.transformer.d_model=256 -S model.transformer.d_ff=1024 \
