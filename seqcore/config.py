@@ -495,8 +495,8 @@ def section_from_dict(cls: type, raw: Any, where: str) -> Any:
     records a section whole, as a predictions header its decode settings); ConfigError (one
     line naming ``where``'s key) on a missing or unknown key or a wrong type. No range or rule
     check: the stage that wrote it checked the params it came from."""
-    missing = [f.name for f in dataclasses.fields(cls)
-               if isinstance(raw, dict) and f.name not in raw]
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in raw] \
+        if isinstance(raw, dict) else []
     if missing:
         raise ConfigError(f"{_key(where, missing[0])}: missing"
                           f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}")

@@ -34,12 +34,12 @@ def normalize(text: str, form: Normalization, casefold: bool) -> str:
 
 #: Unicode's category Cc: the C0 controls, DEL and the C1 controls, fixed by the standard's
 #: stability policy (tests/test_text.py checks every code point against unicodedata).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def has_control_chars(text: str) -> bool:
     """True if the text holds a Unicode control character (category Cc), tab included."""
-    return _CONTROL.search(text) is not None
+    return CONTROL_CHARS.search(text) is not None
 
 
 def normalization_changes(text: str, form: Normalization) -> bool:

@@ -6,6 +6,7 @@ import unicodedata
 
 import pytest
 
+from seqcore.data.records import escape_text
 from seqcore.text import has_control_chars, normalization_changes, normalize
 
 
@@ -15,6 +16,10 @@ def test_a_control_character_is_exactly_a_code_point_of_unicode_category_cc() ->
     assert {i for i, ch in enumerate(every) if has_control_chars(ch)} == control
     assert len(control) == 65  # U+0000-U+001F, U+007F-U+009F
     assert has_control_chars("ab\tc") and not has_control_chars("abc \u00a0\u2028")
+    # the rejects' escaping uses the same rule: each control character, and nothing else
+    assert escape_text(every) == "".join(
+        "\\\\" if ch == "\\" else "\\t" if ch == "\t" else "\\r" if ch == "\r"
+        else f"\\x{ord(ch):02x}" if unicodedata.category(ch) == "Cc" else ch for ch in every)
 
 
 @pytest.mark.parametrize("text", [

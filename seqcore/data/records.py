@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from seqcore.jsonl import read_jsonl, write_jsonl
+from seqcore.text import CONTROL_CHARS
 
 
 @dataclass(frozen=True)
@@ -120,5 +120,4 @@ def escape_text(text: str) -> str:
     """A row as one printable TSV cell: backslash, TAB, CR and every other control character
     (Unicode category Cc, e.g. BEL) are written as escapes (issue 13: no raw control bytes)."""
     out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\r", "\\r")
-    return "".join(f"\\x{ord(ch):02x}" if unicodedata.category(ch) == "Cc" else ch
-                   for ch in out)
+    return CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}", out)
