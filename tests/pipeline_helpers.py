@@ -181,6 +181,8 @@ def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, *, strict_env: bool =
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
+    if replay:  # the replay's child (`sys.executable -P -m pipeline.audit_replay`) is served
+        monkeypatch.setattr(sys, "executable", stage_python())
     with contextlib.chdir(repo):
         report = audit(use_mlflow=use_mlflow, strict_env=strict_env, rebuild=rebuild, only=only,
                        replay=replay)
@@ -205,7 +207,8 @@ def run_stage(work: Path, stage: str, overrides: dict | None = None) -> subproce
     (work / "params.yaml").write_text(yaml.safe_dump(merge(merge(params, USER_PARAMS),
                                                            overrides or {})))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], cwd=work, env=env,
+    # the stage worker's python: ``work`` holds no code, so the stage imports REPO's
+    return subprocess.run([stage_python(), "-m", f"pipeline.{stage}"], cwd=work, env=env,
                           capture_output=True, text=True)
 
 

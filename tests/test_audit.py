@@ -21,7 +21,7 @@ from pipeline.dvc_files import pipeline_stages
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.signature import NO_RESULT_KEYS, inherited_diff
 from seqcore.blobs import load_blob, save_blob
-from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, tool_env
+from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, stage_python, tool_env
 
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
@@ -325,7 +325,7 @@ def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
     (tmp_path / "team").mkdir()
     target = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
-    res = subprocess.run([sys.executable, "-m", "pipeline.copy_run", "--to", target], cwd=repo,
+    res = subprocess.run([stage_python(), "-m", "pipeline.copy_run", "--to", target], cwd=repo,
                          env=tool_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     source = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")

@@ -7,19 +7,18 @@ tests/test_audit_comparators.py's."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
 import pytest
 
-from tests.pipeline_helpers import copy_result, tool_env
+from tests.pipeline_helpers import copy_result, stage_python, tool_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def audit_run(repo: Path, run_id: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.audit", "--run", run_id], cwd=repo,
+    return subprocess.run([stage_python(), "-m", "pipeline.audit", "--run", run_id], cwd=repo,
                           env=tool_env(), capture_output=True, text=True, timeout=600)
 
 

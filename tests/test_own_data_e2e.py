@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 import yaml
 from tests.factories import REPO
 from tests.pipeline_helpers import (
-    TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, tool_env)
+    TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, stage_python, tool_env)
 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -131,7 +130,7 @@ def test_the_run_lands_in_an_mlflow_experiment_named_after_the_task_and_data(
 def test_predict_answers_or_gives_a_reason_for_every_input_line(p2g_repo: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(p2g_repo))
     long = " ".join(["K AE T"] * 11)
-    res = subprocess.run([sys.executable, "-m", "pipeline.predict"], cwd=p2g_repo, env=env,
+    res = subprocess.run([stage_python(), "-m", "pipeline.predict"], cwd=p2g_repo, env=env,
                          input=f"K AE T\n\nQ X K\n{long}\n", capture_output=True, text=True)
     assert res.returncode == 1
     problems = [line for line in res.stderr.splitlines() if line.startswith("[predict] line")]

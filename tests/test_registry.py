@@ -8,7 +8,6 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +20,7 @@ import pytest
 import yaml
 
 from seqcore.artifacts.predictions import Predictions
-from tests.pipeline_helpers import copy_result, run_audit, tool_env
+from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
 
 NAME = "seqcore-g2p"
 #: Sampling hot enough that some outputs of the 6-step model end within 32 tokens and some
@@ -55,7 +54,7 @@ def latest_version(uri: str) -> str:
 
 def predict_lines(repo: Path, words: list[str]) -> list[tuple[str, str, str]]:
     """(source, output, problem) per word, from `python -m pipeline.predict` in ``repo``."""
-    res = subprocess.run([sys.executable, "-m", "pipeline.predict", *words], cwd=repo,
+    res = subprocess.run([stage_python(), "-m", "pipeline.predict", *words], cwd=repo,
                          env=tool_env(), capture_output=True, text=True)
     answers = dict(line.split("\t", 1) for line in res.stdout.splitlines())
     problems = {int(line.split()[2]): line.split(": ", 1)[1]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import REPO
 from tests.pipeline_helpers import copy_repo, stage_worker_bin, tool_env
 
 pytestmark = pytest.mark.slow  # a stage in a subprocess
@@ -53,3 +54,23 @@ def test_other_commands_and_changed_code_run_in_the_real_interpreter(tmp_path: P
     assert served(folder)[before:] == []
     assert edited.returncode == 0 and "edited copy" in edited.stdout
     assert other.stdout == "0\n"  # the venv's interpreter with its site-packages, not the shim's
+
+
+def test_code_from_pythonpath_is_served_unless_torch_must_import_afresh(tmp_path: Path) -> None:
+    # run_stage's folders hold no code and the audit's replay runs `python -P -m`: both import
+    # the code on PYTHONPATH; ATEN_CPU_CAPABILITY (the replay's kernels) acts at torch's import
+    folder = stage_worker_bin()
+    if folder is None:
+        pytest.skip("SEQCORE_STAGE_WORKER=0")
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(copy_repo(tmp_path / "repo", {"train": {"lr": -1.0}}) / "params.yaml", work)
+    env = tool_env() | {"PYTHONPATH": str(REPO)}
+    before = len(served(folder))
+    runs = [subprocess.run(["python", *flags, "-m", "pipeline.validate"], cwd=work, env=extra,
+                           capture_output=True, text=True)
+            for flags, extra in (([], env), (["-P"], env),
+                                 ([], env | {"ATEN_CPU_CAPABILITY": "default"}))]
+    assert served(folder)[before:] == [f"served pipeline.validate in {work}"] * 2
+    assert [r.returncode for r in runs] == [2, 2, 2]
+    assert len({r.stderr for r in runs}) == 1 and "train.lr" in runs[0].stderr

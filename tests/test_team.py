@@ -17,7 +17,6 @@ import shlex
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,8 @@ from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.factories import REPO
 from tests.servers import (
     ARTIFACTS, DVC_BUCKET, MLFLOW_BUCKET, MLFLOW_SERVER, S3_SECRET, Team, free_port, listening)
-from tests.pipeline_helpers import assert_run_matches, copy_result, make_record, tool_env
+from tests.pipeline_helpers import (assert_run_matches, copy_result, make_record, stage_python,
+                                    tool_env)
 
 EXPERIMENT = "seqcore-g2p"
 #: Person A's tracking URI carries this password, and a second (unused) DVC remote's URL in
@@ -234,7 +234,7 @@ def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_an
     model = mlflow.pyfunc.load_model(f"models:/{EXPERIMENT}/{version.version}")
     words = ["cat", "", "ß☃q"]
     got = model.predict(pd.DataFrame({"source": words}))
-    res = subprocess.run([sys.executable, "-m", "pipeline.predict", *words], cwd=person_a.repo,
+    res = subprocess.run([stage_python(), "-m", "pipeline.predict", *words], cwd=person_a.repo,
                          env=base_env(), capture_output=True, text=True)
     problems = [line.split(": ", 1)[1] for line in res.stderr.splitlines()
                 if line.startswith("[predict] line ")]
