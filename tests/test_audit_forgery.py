@@ -35,23 +35,32 @@ pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
 
 
-def dvc_commit(repo: Path) -> None:
+def dvc_commit(repo: Path, *paths: str) -> None:
+    """`dvc commit -f` as the forger runs it: of every stage that reads or writes one of
+    ``paths`` (a stage whose files are untouched is already consistent), of all without."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    stages = [name for name, stage in lock.items()
+              if any(p == f["path"] or p.startswith(f["path"] + "/") for p in paths
+                     for f in (*stage.get("deps", []), *stage.get("outs", [])))]
     with contextlib.chdir(repo):
         dvc = Repo(".")
         try:
-            dvc.commit(force=True)
+            for stage in stages if paths else [None]:
+                dvc.commit(stage, force=True)
         finally:
             dvc.close()
 
 
-def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The evaluate stage in-process (it logs a new MLflow run), then `dvc commit -f`."""
-    dvc_commit(repo)
+def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch, *edited: str) -> None:
+    """`dvc commit -f` of the ``edited`` files' stages (so the run names a consistent lock),
+    the evaluate stage in-process (it logs a new MLflow run), then `dvc commit -f` of it."""
+    if edited:
+        dvc_commit(repo, *edited)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(sys, "argv", ["pipeline.evaluate"])
     with contextlib.chdir(repo):
         evaluate.main()
-    dvc_commit(repo)
+    dvc_commit(repo, "reports/metrics.json")
 
 
 def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
@@ -75,7 +84,7 @@ def prediction_past_the_first_batch(repo: Path, mp: pytest.MonkeyPatch) -> None:
             else row["reference"] + " AH"
         return rows
     rewrite_jsonl(repo / "predictions/test.jsonl", edit)
-    rerun_evaluate(repo, mp)
+    rerun_evaluate(repo, mp, "predictions/test.jsonl")
 
 
 def weakened_baseline(repo: Path, mp: pytest.MonkeyPatch) -> None:
@@ -87,14 +96,15 @@ def weakened_baseline(repo: Path, mp: pytest.MonkeyPatch) -> None:
                 r["pieces"].append("AH")
         return rows
     rewrite_jsonl(repo / "baseline/test.jsonl", edit)
-    rerun_evaluate(repo, mp)
+    rerun_evaluate(repo, mp, "baseline/test.jsonl")
 
 
 def dropped_rows(repo: Path, mp: pytest.MonkeyPatch) -> None:
     # from the baseline's predictions too: evaluate compares the two on the same rows
-    for rel in ("predictions/test.jsonl", "baseline/test.jsonl"):
+    edited = ("predictions/test.jsonl", "baseline/test.jsonl")
+    for rel in edited:
         rewrite_jsonl(repo / rel, lambda rows: rows[:-5])
-    rerun_evaluate(repo, mp)
+    rerun_evaluate(repo, mp, *edited)
 
 
 def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
@@ -120,7 +130,8 @@ def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
     rewrite_jsonl(repo / "baseline/test.jsonl", lambda rows: [
         {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r
         for r in rows])
-    rerun_evaluate(repo, mp)
+    rerun_evaluate(repo, mp, "data/encoded/test.jsonl", "predictions/test.jsonl",
+                   "baseline/test.jsonl")
 
 
 def changed_perplexity(repo: Path, mp: pytest.MonkeyPatch) -> None:
@@ -132,7 +143,7 @@ def changed_perplexity(repo: Path, mp: pytest.MonkeyPatch) -> None:
     client, rid = latest_run(repo)
     client.log_metric(rid, "test_perplexity", metrics["test_perplexity"], step=0)
     client.log_text(rid, path.read_text(), "reports/metrics.json")
-    dvc_commit(repo)
+    dvc_commit(repo, "reports/metrics.json")
 
 
 def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
@@ -145,7 +156,7 @@ def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
         assert old in text, rel
         path.write_text(text.replace(old, new, 1))
         client.log_text(rid, path.read_text(), rel)
-    dvc_commit(repo)
+    dvc_commit(repo, "reports/report.md", "reports/buckets.csv")
 
 
 def edited_train_log(repo: Path, mp: pytest.MonkeyPatch) -> None:
@@ -155,7 +166,7 @@ def edited_train_log(repo: Path, mp: pytest.MonkeyPatch) -> None:
     cells[3] = str(float(cells[3]) * 0.9)  # the loss of step 3
     lines[3] = ",".join(cells)
     path.write_text("".join(lines))
-    rerun_evaluate(repo, mp)  # new training-curve PNG and MLflow step metrics
+    rerun_evaluate(repo, mp, "reports/train_log.csv")  # new curve PNG, MLflow step metrics
 
 
 def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
