@@ -202,7 +202,7 @@ def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
     data = json.loads(header.read_text())
     data["signature"] = data["signature"].replace("maxtgt:32", "maxtgt:31")
     header.write_text(json.dumps(data))
-    res = subprocess.run([sys.executable, "-m", "pipeline.evaluate"], cwd=repo, env=tool_env(),
+    res = subprocess.run([stage_python(), "-m", "pipeline.evaluate"], cwd=repo, env=tool_env(),
                          capture_output=True, text=True)
     assert res.returncode != 0
     assert "contract mismatch: predictions/test.jsonl against tokenizer/contract.json" \

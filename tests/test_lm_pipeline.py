@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import yaml
 
 from seqcore.tasks.lm.documents import cmudict_documents
 from tests.factories import REPO, model_file_perplexities
+from tests.pipeline_helpers import stage_python
 
 pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
 
@@ -27,7 +27,7 @@ PARAMS = {
 
 
 def train(work: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.train", "--params",
+    return subprocess.run([stage_python(), "-m", "pipeline.train", "--params",
                            str(work / "params.yaml")], cwd=work, capture_output=True, text=True,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
 

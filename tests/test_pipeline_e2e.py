@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.pipeline_helpers import copy_result, dvc
+from tests.pipeline_helpers import copy_result, dvc, stage_python
 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -80,7 +80,7 @@ def test_metrics_files_are_strict_json(tiny_repo: Path) -> None:
 def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", f"pipeline.{name}"], cwd=repo, env=env,
+    return subprocess.run([stage_python(), "-m", f"pipeline.{name}"], cwd=repo, env=env,
                           capture_output=True, text=True)
 
 

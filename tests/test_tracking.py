@@ -8,7 +8,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from pipeline.record import MAX_PARAM_CHARS, param_items, tracking_uri
 from pipeline.tracking import log_or_keep, log_run
 from seqcore.artifacts.run_record import RunRecord
 from tests.factories import REPO
-from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record
+from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record, stage_python
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +110,7 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
 
     store = f"sqlite:///{store_copy(empty_store, tmp_path / 'later.db')}"
     env = dict(os.environ, MLFLOW_TRACKING_URI=store)
-    res = subprocess.run([sys.executable, "-m", "pipeline.tracking", "--replay", str(pending)],
+    res = subprocess.run([stage_python(), "-m", "pipeline.tracking", "--replay", str(pending)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert not pending.exists()
