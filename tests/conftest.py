@@ -23,7 +23,8 @@ from tests.servers import Team, team_stack
 #: pytest's order; tests/test_suite_order.py checks every name here is a test file.
 HEAVY_FIRST = (
     "test_team.py", "test_audit_forgery.py", "test_staleness.py", "test_audit.py",
-    "test_experiments.py", "test_ddp.py", "test_registry.py", "test_pipeline_e2e.py",
+    "test_experiments.py", "test_ddp.py", "test_params_live.py", "test_registry.py",
+    "test_pipeline_e2e.py",
     "test_lm_e2e.py", "test_own_data_e2e.py", "test_resume_stage.py", "test_byte_identical.py",
     "test_resume.py", "test_baseline.py", "test_audit_run.py", "test_lm_pipeline.py",
     "test_declared_reads.py", "test_data_splits.py", "test_tracking.py")
