@@ -35,32 +35,36 @@ pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
 
 
-def dvc_commit(repo: Path, *paths: str) -> None:
-    """`dvc commit -f` as the forger runs it: of every stage that reads or writes one of
-    ``paths`` (a stage whose files are untouched is already consistent), of all without."""
-    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    stages = [name for name, stage in lock.items()
-              if any(p == f["path"] or p.startswith(f["path"] + "/") for p in paths
-                     for f in (*stage.get("deps", []), *stage.get("outs", [])))]
+def dvc_commit(repo: Path, *stages: str) -> None:
+    """`dvc commit -f STAGE...` as the forger runs it (every stage without STAGE)."""
     with contextlib.chdir(repo):
         dvc = Repo(".")
         try:
-            for stage in stages if paths else [None]:
+            for stage in stages or [None]:
                 dvc.commit(stage, force=True)
         finally:
             dvc.close()
+
+
+def stages_of(repo: Path, paths: tuple[str, ...]) -> list[str]:
+    """The stages of ``repo``'s dvc.lock that read or write one of ``paths``: the ones an
+    edit of them leaves stale (every other stage is already consistent)."""
+    lock = read_yaml12(repo / "dvc.lock")["stages"]
+    return [name for name, stage in lock.items()
+            if any(p == f["path"] or p.startswith(f["path"] + "/") for p in paths
+                   for f in (*stage.get("deps", []), *stage.get("outs", [])))]
 
 
 def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch, *edited: str) -> None:
     """`dvc commit -f` of the ``edited`` files' stages (so the run names a consistent lock),
     the evaluate stage in-process (it logs a new MLflow run), then `dvc commit -f` of it."""
     if edited:
-        dvc_commit(repo, *edited)
+        dvc_commit(repo, *stages_of(repo, edited))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(sys, "argv", ["pipeline.evaluate"])
     with contextlib.chdir(repo):
         evaluate.main()
-    dvc_commit(repo, "reports/metrics.json")
+    dvc_commit(repo, "evaluate")
 
 
 def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
@@ -143,7 +147,7 @@ def changed_perplexity(repo: Path, mp: pytest.MonkeyPatch) -> None:
     client, rid = latest_run(repo)
     client.log_metric(rid, "test_perplexity", metrics["test_perplexity"], step=0)
     client.log_text(rid, path.read_text(), "reports/metrics.json")
-    dvc_commit(repo, "reports/metrics.json")
+    dvc_commit(repo, "evaluate")
 
 
 def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
@@ -156,7 +160,7 @@ def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
         assert old in text, rel
         path.write_text(text.replace(old, new, 1))
         client.log_text(rid, path.read_text(), rel)
-    dvc_commit(repo, "reports/report.md", "reports/buckets.csv")
+    dvc_commit(repo, "evaluate")
 
 
 def edited_train_log(repo: Path, mp: pytest.MonkeyPatch) -> None:

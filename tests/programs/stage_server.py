@@ -133,8 +133,9 @@ def _run_child(request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         argv = request["argv"]
-        module = _module(argv)
-        sys.argv = [module, *argv[argv.index("-m") + 2:]]
+        at = argv.index("-m")
+        module = argv[at + 1]
+        sys.argv = [module, *argv[at + 2:]]
         # run as __main__ from a fresh import, as `python -m` does (runpy warns otherwise)
         sys.modules.pop(module, None)
         try:
@@ -189,14 +190,14 @@ def serve(address: str) -> None:
         conn.settimeout(None)
         with conn:
             request, fds = _receive(conn)
-            module = _module(request["argv"])
             if not runs_served_code(request, digest):
                 conn.sendall(b"F")
                 for fd in fds:
                     os.close(fd)
                 continue
             conn.sendall(b"R")
-            print(f"served {module} in {request['cwd']}", file=sys.stderr, flush=True)
+            print(f"served {_module(request['argv'])} in {request['cwd']}", file=sys.stderr,
+                  flush=True)
             pid = os.fork()
             if pid == 0:
                 server.close()
