@@ -162,3 +162,32 @@ def test_a_file_error_is_one_line_naming_the_file(tmp_path: Path) -> None:
                               "mapping values are not allowed here")
     with pytest.raises(ConfigError, match=r"^\S+missing.yaml: cannot read \(No such file"):
         load_config(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("amp", ["bf16", "none"])
+def test_the_full_profile_overrides_existing_keys_with_valid_values(amp: str) -> None:
+    """`make full` (issue 28) is `dvc exp run` with `-S key=value` overrides: each names a key
+    params.yaml already has (a misspelt key would train the default's shape under another
+    name) and the overridden params pass validation, on either `FULL_AMP`."""
+    import shlex
+    import subprocess
+
+    dry = subprocess.run(["make", "-s", "-n", "full", f"FULL_AMP={amp}", "STAMP=Makefile"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    words = shlex.split(next(line for line in dry.splitlines() if "dvc exp run" in line))
+    overrides = dict(w.split("=", 1) for w in words[words.index("-S") + 1::2])
+    assert words[words.index("-S")::2][:len(overrides)] == ["-S"] * len(overrides)
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    flat = flatten(raw)
+    assert set(overrides) <= set(flat), set(overrides) - set(flat)
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = raw
+        for part in parents:
+            node = node[part]
+        node[leaf] = yaml.safe_load(value)
+    cfg = config_from_dict(raw)
+    shape = cfg.model.transformer
+    assert (shape.enc_layers, shape.dec_layers, shape.d_model, shape.d_ff) == (3, 3, 256, 1024)
+    assert cfg.train.amp == amp and cfg.train.max_steps == 12000
+    assert cfg.decode.rescore == "baseline"  # the profile rescores like the default
