@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
+import subprocess
 import types
 import typing
 from pathlib import Path
@@ -15,6 +17,7 @@ import yaml
 from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
 from seqcore.config_ranges import RANGES, in_range
 from tests.factories import REPO
+from tests.pipeline_helpers import merge, nested
 
 
 def test_repository_params_load_and_the_config_holds_every_value_written_there() -> None:
@@ -169,24 +172,15 @@ def test_the_full_profile_overrides_existing_keys_with_valid_values(amp: str) ->
     """`make full` (issue 28) is `dvc exp run` with `-S key=value` overrides: each names a key
     params.yaml already has (a misspelt key would train the default's shape under another
     name) and the overridden params pass validation, on either `FULL_AMP`."""
-    import shlex
-    import subprocess
-
     dry = subprocess.run(["make", "-s", "-n", "full", f"FULL_AMP={amp}", "STAMP=Makefile"],
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     words = shlex.split(next(line for line in dry.splitlines() if "dvc exp run" in line))
-    overrides = dict(w.split("=", 1) for w in words[words.index("-S") + 1::2])
-    assert words[words.index("-S")::2][:len(overrides)] == ["-S"] * len(overrides)
+    flags, pairs = words[words.index("-S")::2], words[words.index("-S") + 1::2]
+    assert set(flags) == {"-S"}  # nothing but overrides after the first
+    overrides = {key: yaml.safe_load(value) for key, value in (p.split("=", 1) for p in pairs)}
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    flat = flatten(raw)
-    assert set(overrides) <= set(flat), set(overrides) - set(flat)
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = raw
-        for part in parents:
-            node = node[part]
-        node[leaf] = yaml.safe_load(value)
-    cfg = config_from_dict(raw)
+    assert set(overrides) <= set(flatten(raw)), set(overrides) - set(flatten(raw))
+    cfg = config_from_dict(merge(raw, nested(overrides)))
     shape = cfg.model.transformer
     assert (shape.enc_layers, shape.dec_layers, shape.d_model, shape.d_ff) == (3, 3, 256, 1024)
     assert cfg.train.amp == amp and cfg.train.max_steps == 12000
