@@ -20,16 +20,20 @@ VERDICT_TAGS = tuple(f"{AUDIT_TAG}{name}" for name in ("status", "at", "by", "ch
 def stamp_versions(uri: str, report: AuditReport) -> str:
     """The verdict as tags of the registered versions the audited run logged (issue 29):
     ``audit.status`` (the verdict line) and ``audit.commit`` (the audited checkout), shown on
-    the version's page in the Model Registry. The audit compares only the version tags the
-    pipeline writes, so a stamp never fails a later audit. Returns what was stamped."""
+    the version's page in the Model Registry. A partial audit (``--only``) stamps
+    ``audit.partial`` and ``audit.partial.commit`` instead (issue 55): what it checked never
+    replaces a whole audit's verdict. The audit compares only the version tags the pipeline
+    writes, so a stamp never fails a later audit. Returns what was stamped."""
     import mlflow  # noqa: PLC0415 (slow import)
 
     client = mlflow.MlflowClient(tracking_uri=uri)
     head = head_commit()
+    status, commit = (("audit.partial", "audit.partial.commit") if report.only
+                      else ("audit.status", "audit.commit"))
     versions = list(client.search_model_versions(f"run_id = '{report.run_id}'"))
     for v in versions:
-        client.set_model_version_tag(v.name, v.version, "audit.status", report.verdict())
-        client.set_model_version_tag(v.name, v.version, "audit.commit", head)
+        client.set_model_version_tag(v.name, v.version, status, report.verdict())
+        client.set_model_version_tag(v.name, v.version, commit, head)
     return ", ".join(f"{v.name} version {v.version}" for v in versions)
 
 

@@ -125,6 +125,10 @@ def test_the_run_lands_in_an_mlflow_experiment_named_after_the_task_and_data(
     client = mlflow.MlflowClient(f"sqlite:///{p2g_repo / 'mlflow.db'}")
     names = {e.name for e in client.search_experiments()}
     assert "seqcore-parallel-p2g" in names and "seqcore-g2p" not in names
+    # issue 55: the page commits its params before the first run, which is then the baseline
+    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-parallel-p2g")
+                                 .experiment_id])
+    assert run.info.run_name.startswith("baseline-"), run.info.run_name
 
 
 def test_predict_answers_or_gives_a_reason_for_every_input_line(p2g_repo: Path) -> None:

@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import mlflow
@@ -192,8 +193,18 @@ def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again
     client = mlflow.MlflowClient(uri)
     (version,) = client.search_model_versions(f"run_id = '{report.run_id}'")
     assert stamped == f"{NAME} version {version.version}"
-    assert version.tags["audit.status"] == "PASSED [only: evaluate redone, mlflow run]"
+    # issue 55: a partial audit stamps what it checked, never the whole verdict
+    assert "audit.status" not in version.tags
+    assert version.tags["audit.partial"] == "PASSED [only: evaluate redone, mlflow run]"
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
                           text=True, check=True).stdout.strip()
-    assert version.tags["audit.commit"] == head
+    assert version.tags["audit.partial.commit"] == head
     assert run_audit(repo, monkeypatch, only=only).ok  # a stamp is no difference
+    whole = replace(report, only=(), status={"every check": "ok"})  # a whole audit's verdict
+    with monkeypatch.context() as m:
+        m.chdir(repo)
+        stamp_versions(uri, whole)
+        stamp_versions(uri, report)  # then a partial one: the whole verdict stays
+    (version,) = client.search_model_versions(f"run_id = '{report.run_id}'")
+    assert version.tags["audit.status"] == "PASSED" and version.tags["audit.commit"] == head
+    assert version.tags["audit.partial"] == "PASSED [only: evaluate redone, mlflow run]"
