@@ -12,6 +12,7 @@ the exit status is 1: no answer is given that the model cannot stand behind (iss
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         print("[predict] give inputs as arguments or with --file, not both", file=sys.stderr)
         return 2
     try:
-        lines = args.inputs or (split_lines(Path(args.file).read_bytes()) if args.file
-                                else split_lines(sys.stdin.buffer.read()))
+        # arguments as the bytes the shell passed (Python decoded them with surrogateescape):
+        # every source of inputs takes the one decoding path below (issue 54)
+        lines = [as_text(os.fsencode(a)) for a in args.inputs] or (
+            split_lines(Path(args.file).read_bytes()) if args.file
+            else split_lines(sys.stdin.buffer.read()))
     except OSError as err:
         print(f"[predict] --file {args.file}: {err.strerror}", file=sys.stderr)
         return 2
@@ -62,17 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     return report(predictor.answer(lines))
 
 
+def as_text(raw: bytes) -> str | bytes:
+    """One input as text, or its raw bytes when they are not valid UTF-8 (the predictor
+    answers those with their own one-line problem; the other inputs still get answers)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
 def split_lines(data: bytes) -> list[str | bytes]:
-    """Standard input or a file, one entry per line: the text, or the raw bytes of a line
-    that is not valid UTF-8 (answered with its own error line; the other lines still get
-    answers)."""
-    out: list[str | bytes] = []
-    for raw in data.splitlines():
-        try:
-            out.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            out.append(raw)
-    return out
+    """Standard input or a file, one entry per line (:func:`as_text`)."""
+    return [as_text(raw) for raw in data.splitlines()]
 
 
 def report(answers: list[Answer]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -89,6 +90,17 @@ def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(
     flagged = {line.split("'")[1] for line in err.splitlines() if line.startswith("[predict] line")}
     assert answered | flagged == {"cat", "caf\\\\xe9", "dog"}  # every line answered or flagged
     assert json.dumps(sorted(answered & flagged)) == "[]"
+
+
+def test_an_invalid_utf8_argument_gets_its_own_error_and_the_others_their_answers(
+        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    # issue 54: the shell passes bytes; Python decodes them with surrogateescape, which
+    # crashed SentencePiece and left the other arguments unanswered
+    bad = os.fsdecode("caf\u00e9".encode("cp1252"))
+    from_args = run(repo, monkeypatch, capsys, b"", "cat", bad, "dog")
+    from_stdin = run(repo, monkeypatch, capsys, "cat\ncaf\u00e9\n".encode("cp1252") + b"dog\n")
+    assert from_args == from_stdin and from_args[0] == 1 and "Traceback" not in from_args[2]
+    assert "[predict] line 2 'caf\\\\xe9': not valid UTF-8" in from_args[2].splitlines()
 
 
 def test_predict_is_quiet_on_success_and_names_what_it_knows_when_it_refuses(
