@@ -48,6 +48,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import os
 import re
 import resource
 import statistics
@@ -61,6 +62,8 @@ from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+from seqcore.kernels import PORTABLE_ENV
 
 AMP_DTYPE = {"none": "fp32", "bf16": "bf16"}
 PARTS = ("data", "forward", "backward", "clip", "optimiser")
@@ -242,10 +245,18 @@ def measure_peak(dtype: str, threads: int) -> float:
     return gflops(Shape("square", 1024, 1024, 1024), DTYPES[dtype], 5, 0.3, 0.2)
 
 
+def kernel_env(profile: str) -> dict[str, str]:
+    """The environment of a child under CPU kernel profile ``profile`` (seqcore.kernels):
+    portable adds its variables, native removes them."""
+    env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
+    return env | (PORTABLE_ENV if profile == "portable" else {})
+
+
 def in_child(spec: dict[str, Any]) -> dict[str, Any]:
-    """run_one in a fresh interpreter (own ru_maxrss, own thread pool)."""
+    """run_one in a fresh interpreter (own ru_maxrss, own thread pool, own CPU kernels)."""
     res = subprocess.run([sys.executable, "-m", "benchmarks.train", "--child", json.dumps(spec)],
-                         capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False,
+                         env=kernel_env(spec.get("cpu_kernels", "native")))
     if res.returncode != 0:
         sys.exit(f"configuration {spec['family']}/{spec['amp']}/{spec['threads']}t failed:\n"
                  + res.stderr[-3000:])
@@ -277,15 +288,16 @@ def epoch_pad_share(params: str, data_root: str) -> tuple[float, float, int, flo
 
 
 def throughput_table(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    lines = ["| family | shape | params | amp | threads | batch | tgt tok/s | src+tgt tok/s | "
-             "step ms | model GFLOP/s | peak GFLOP/s | MFU | HFU | tgt PAD | peak RSS MiB |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| family | shape | params | amp | cpu kernels | threads | batch | tgt tok/s | "
+             "src+tgt tok/s | step ms | model GFLOP/s | peak GFLOP/s | MFU | HFU | tgt PAD | "
+             "peak RSS MiB |",
+             "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for spec, r in results:
         sec = r["seconds"]
         rate = r["model_flops"] / sec / 1e9
         lines.append(
             f"| {spec['family']} | {r['shape']} | {r['params'] / 1e6:.2f} M | {spec['amp']} | "
-            f"{spec['threads']} | {r['batch_size']} | {r['tgt_tokens'] / sec:.0f} | "
+            f"{spec.get('cpu_kernels', 'native')} | {spec['threads']} | {r['batch_size']} | {r['tgt_tokens'] / sec:.0f} | "
             f"{(r['tgt_tokens'] + r['src_tokens']) / sec:.0f} | {1000 * sec / r['steps']:.0f} | "
             f"{rate:.1f} | {r['peak']:.1f} | {rate / r['peak']:.0%} | "
             f"{r['hw_flops'] / sec / 1e9 / r['peak']:.0%} | {r['tgt_pad_share']:.1%} | "
@@ -348,6 +360,9 @@ def main() -> None:
                         "params.yaml's")
     parser.add_argument("--amp", nargs="+", default=["none", "bf16"], choices=["none", "bf16"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--cpu-kernels", nargs="+", default=["portable"],
+                        choices=["portable", "native"], help="CPU kernel profiles to compare "
+                        "(seqcore.kernels; each in its own process)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--peak-json", type=Path, help="benchmarks.peak --json output; "
@@ -379,10 +394,10 @@ def main() -> None:
     results = []
     for family in args.family:
         kernels = args.attention_kernel if family == "transformer" else [None]
-        for kernel, batch, amp, threads in itertools.product(kernels, args.batch_size, args.amp,
-                                                             args.threads):
+        for kernel, batch, amp, threads, cpu in itertools.product(
+                kernels, args.batch_size, args.amp, args.threads, args.cpu_kernels):
             spec = {**base, "family": family, "kernel": kernel, "batch_size": batch, "amp": amp,
-                    "threads": threads,
+                    "threads": threads, "cpu_kernels": cpu,
                     "peak": peaks.get(AMP_DTYPE[amp], {}).get(str(threads))}
             results.append((spec, in_child(spec)))
             print(throughput_table(results[-1:]).splitlines()[-1], flush=True)

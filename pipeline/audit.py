@@ -37,6 +37,7 @@ from pipeline.audit_verdict import code_line, stamp_versions
 from pipeline.dvc_files import read_yaml12
 from pipeline.dvc_lock import lock_hash_diffs
 from pipeline.record import RunOrigin, build_record, tracking_uri
+from pipeline.stage import cpu_kernels
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.audit import (
@@ -111,7 +112,8 @@ def audit(params: str = "params.yaml", run_id: str | None = None, use_mlflow: bo
                 cfg, run, expected_record(cfg, done, run), lock))
     if report.wants("environment"):
         try:
-            report.warn("environment", environment_diffs(run), strict_env)
+            portable = cfg.train.cpu_kernels == cfg.decode.cpu_kernels == "portable"
+            report.warn("environment", environment_diffs(run, portable), strict_env)
         except Exception as err:  # noqa: BLE001 (as in run_check)
             report.not_run("environment", f"could not run: {type(err).__name__}: {err}")
     run_check(report, "package versions",
@@ -139,6 +141,15 @@ def expected_record(cfg: Config, done: dict[str, Any], run: Any) -> RunRecord:
     origin = RunOrigin(tags.get("dvc.exp.name"), commit if commit != "none" else "HEAD")
     return build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
                         out.contract, origin)
+
+
+def audited_profile(params: Path) -> str:
+    """The CPU kernel profile of the result's decode and evaluate (``decode.cpu_kernels``);
+    portable when the params cannot be read (the audit then reports why)."""
+    try:
+        return load_config(params).decode.cpu_kernels
+    except Exception:  # noqa: BLE001 (a broken params file is the checks' finding)
+        return "portable"
 
 
 def main() -> None:
@@ -169,6 +180,9 @@ def main() -> None:
         only = parse_only(args.only) if args.only is not None else ()
     except ValueError as err:
         parser.exit(2, f"audit: {err}\n")
+    # the audit redoes decode and evaluate in this process: under the result's CPU kernels
+    cpu_kernels(audited_profile(Path(args.root) / args.params), "cpu", "decode.cpu_kernels",
+                "audit")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     start = time.perf_counter()
     if args.run:

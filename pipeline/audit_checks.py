@@ -93,15 +93,22 @@ def run_check(report: AuditReport, name: str, check: Callable[[], list[str]],
           file=sys.stderr, flush=True)
 
 
-def environment_diffs(run: Any) -> list[str]:
+#: Environment fields that name the CPU: under the portable CPU kernel profile they change
+#: no byte (seqcore.kernels), so they are no difference of a portable result.
+CPU_FIELDS = ("cpu_capability:", "cpu:")
+
+
+def environment_diffs(run: Any, portable: bool = False) -> list[str]:
     """The producing environment the MLflow run records (tags ``env.*``) against the one
     this audit runs in. No DVC-tracked file records it (issue 34: the same inputs give the
-    same bytes on any machine), so without a run there is nothing to compare."""
+    same bytes on any machine), so without a run there is nothing to compare. ``portable``:
+    the result was trained and decoded under the portable profile (the CPU is left out)."""
     if run is None:
         raise LookupError("no MLflow run: the producing environment is recorded only there")
     tags = {k[len("env."):]: v for k, v in run.data.tags.items() if k.startswith("env.")}
-    return environment.environment_diffs(f"mlflow run {run.info.run_id} tags env.*", tags,
-                                         environment.producing_environment())
+    diffs = environment.environment_diffs(f"mlflow run {run.info.run_id} tags env.*", tags,
+                                          environment.producing_environment())
+    return [d for d in diffs if not (portable and d.startswith(CPU_FIELDS))]
 
 
 def training_check(report: AuditReport, cfg: Config, files: ResultFiles) -> None:
@@ -161,9 +168,17 @@ def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
                                        tags.get("env.cpu_capability"))
 
     trained_on, here = tags.get("env.cpu"), environment.producing_environment().cpu
-    # The BLAS and oneDNN kernels differ by CPU model (an AMD and an Intel AVX-512 host train
+    if cfg.train.cpu_kernels == "native" and world[1] == "cpu":
+        kind = (f"warning: trained with train.cpu_kernels: native (CPU kernels "
+                f"{tags.get('env.cpu_capability') or 'unrecorded'} on "
+                f"{trained_on or 'an unrecorded CPU'}): reproducible on this CPU kind only")
+        report.notes[name].append(kind)
+        print(f"[audit] {name}: {kind}", file=sys.stderr, flush=True)
+    # Under native kernels MKL's differ by CPU model (an AMD and an Intel AVX-512 host train
     # two models from the same inputs): a difference is then no proof of another training.
-    warning = "" if not trained_on or trained_on == here else (
+    # The portable profile gives every AVX2 host the same bytes: no excuse then.
+    warning = "" if not trained_on or trained_on == here or \
+        cfg.train.cpu_kernels == "portable" else (
         f"trained on {trained_on!r}, replayed on {here!r}: float kernels differ by CPU model, "
         "so these differences do not prove another training; replay on the training's CPU "
         "model, or pass --strict-env to fail on them")

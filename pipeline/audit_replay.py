@@ -7,7 +7,9 @@ params, and must reach the ledger's next state bit for bit. Weights trained on o
 under other params or by other code part from the ledger in the first segment that used them.
 
 The replay runs in a child process (``run_replay``) on the auditor's own code, with the
-training's thread count, on the kind of CPU kernels the training recorded (torch's
+training's thread count, under the training's CPU kernel profile (``train.cpu_kernels``,
+seqcore.kernels): a portable result replays bit for bit on any x86-64 CPU with AVX2; a
+native one on the kind of CPU kernels the training recorded (torch's
 ``ATEN_CPU_CAPABILITY``), so a result trained on an AVX2 host replays on an AVX-512 one.
 """
 
@@ -30,7 +32,8 @@ import torch
 
 from pipeline.task_io import PipelineIO
 from seqcore.config import Config, load_config
-from seqcore.determinism import resolve_device, set_determinism
+from seqcore.determinism import device_kind, resolve_device, set_determinism
+from seqcore.kernels import PORTABLE_ENV, KernelProfileError, check_portable, host_capability
 from seqcore.ledger import (
     Segment, choose, first_difference, ledger_segments, state_difference)
 from seqcore.tasks import get_task
@@ -164,20 +167,33 @@ def capability_env(recorded: str | None) -> dict[str, str]:
     order = ["default", "avx2", "avx512"]
     if not recorded or recorded.lower() not in order:
         return {}
-    here = torch.backends.cpu.get_cpu_capability().lower()
+    here = host_capability().lower()  # the CPU's, not this (maybe portable) process's
     if here == recorded.lower() or here not in order or \
             order.index(recorded.lower()) > order.index(here):
         return {}
     return {"ATEN_CPU_CAPABILITY": recorded.lower()}
 
 
+def kernel_env(profile: str, capability: str | None) -> dict[str, str]:
+    """The environment that gives the replay the training's CPU kernels: the portable
+    profile's variables, or (native) the recorded ATen level where this host can take it."""
+    if profile == "portable":
+        return dict(PORTABLE_ENV)
+    return capability_env(capability)
+
+
 def run_replay(params: str, ledger: Path, chosen: list[int],
                capability: str | None = None) -> list[str]:
     """``replay_diffs`` in a child process of this (the auditor's) code, run in the current
     directory (the result's): its determinism settings and thread count stay out of the
-    audit's process, and it can pick the CPU kernels the training used."""
+    audit's process, and it runs on the CPU kernels the training used (its
+    ``train.cpu_kernels``; under native, ``capability``: the recorded ATen level)."""
+    profile = load_config(params).train.cpu_kernels
     here = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, **capability_env(capability),
+    # a native replay must not inherit the portable variables of an auditor that runs under
+    # them: it takes the host's kernels, or the recorded ATen level
+    env = {**{k: v for k, v in os.environ.items() if k not in PORTABLE_ENV},
+           **kernel_env(profile, capability),
            "PYTHONPATH": os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         # -P: the result's folder is not put first on sys.path (the auditor's code replays)
@@ -199,6 +215,11 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSON file for the differences")
     args = parser.parse_args()
     cfg = load_config(args.params)
+    if cfg.train.cpu_kernels == "portable" and device_kind(cfg.train.device) == "cpu":
+        try:
+            check_portable("train.cpu_kernels")
+        except KernelProfileError as err:
+            sys.exit(f"[audit] a portable training replays only where the profile holds: {err}")
     ledger = Path(args.ledger or cfg.paths.ledger)
     chosen = [int(x) for x in args.segments.split(",") if x]
     diffs = replay_diffs(cfg, ledger, chosen)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.stage import load
+from pipeline.stage import cpu_kernels, load
 from pipeline.task_io import PipelineIO
 from pipeline.timing import record_stage
 from seqcore.config import Config
-from seqcore.determinism import DeviceUnavailable
+from seqcore.determinism import DeviceUnavailable, device_kind
 from seqcore.tasks import TaskError, get_task
 
 
@@ -25,7 +25,10 @@ def run(cfg: Config) -> None:
 
 
 def main() -> None:
-    run(load(__doc__))
+    cfg = load(__doc__)
+    cpu_kernels(cfg.decode.cpu_kernels, device_kind(cfg.decode.device), "decode.cpu_kernels",
+                "decode")
+    run(cfg)
 
 
 if __name__ == "__main__":

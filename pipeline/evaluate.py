@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.stage import load
+from pipeline.stage import cpu_kernels, load
 from pipeline.task_io import PipelineIO
 from pipeline.dvc_files import pipeline_stages
 from pipeline.record import RunOrigin, build_record
@@ -28,6 +28,8 @@ def run(cfg: Config) -> Evaluated:
 
 def main() -> None:
     cfg = load(__doc__)
+    # the teacher-forced figures run the model like decode does, under decode's profile
+    cpu_kernels(cfg.decode.cpu_kernels, "cpu", "decode.cpu_kernels", "evaluate")
     out = run(cfg)
     record = build_record(cfg, out.metrics, out.signature, out.header, out.pred_path,
                           out.contract, RunOrigin.from_environment())

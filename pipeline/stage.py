@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 from seqcore.config import Config, ConfigError, load_config
-from seqcore.config_rules import workspace_problem
+from seqcore.config_rules import host_problem, workspace_problem
 from seqcore.errors import OneLineError
+from seqcore.kernels import KernelProfileError, check_portable, describe, relaunch_env
 from seqcore.signature import inherited_diff
 
 if TYPE_CHECKING:
@@ -35,6 +37,44 @@ def load(description: str) -> Config:
         raise SystemExit(CONFIG_ERROR_STATUS) from None
 
 
+def cpu_kernels(profile: str, kind: str, key: str, stage: str, announce: bool = False) -> None:
+    """Run ``python -m pipeline.<stage>`` under its CPU kernel profile (seqcore.kernels).
+
+    On the CPU (``kind``: the device kind the stage computes on), a ``portable`` stage whose
+    environment lacks the profile's variables starts itself again with them (they act only
+    before torch's first kernel), then proves they took effect: a CPU without AVX2, or a
+    torch that ignored the pin, stops the stage here with one line naming what it found and
+    ``KEY: native`` (exit status 1; validate stops on a CPU without AVX2 before any stage
+    runs, :func:`check_host`). On CUDA the profile does not apply (docs/reproducibility.md).
+    ``announce``: say which kernels run (the training log records what trained the model).
+    """
+    if kind != "cpu":
+        return
+    env = relaunch_env(profile, dict(os.environ))
+    if env is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", f"pipeline.{stage}", *sys.argv[1:]],
+                  env)
+    if profile == "portable":
+        try:
+            check_portable(key)
+        except KernelProfileError as err:  # one line (the excepthook), exit status 1
+            raise KernelProfileError(f"[{stage}] {err}") from None
+    if announce:
+        print(f"[{stage}] cpu kernels: {describe(profile)}", file=sys.stderr)
+
+
+def check_host(cfg: Config) -> None:
+    """Stop with one line and exit status 2 when the params ask the portable CPU kernel
+    profile of a CPU that cannot give it (no AVX2): validate, before any stage has run, on
+    the CPU's flags alone (no torch); the stage itself proves the profile when it runs."""
+    problem = host_problem(cfg)
+    if problem:
+        print(f"params.yaml: {problem}", file=sys.stderr)
+        raise SystemExit(CONFIG_ERROR_STATUS)
+
+
 def check_workspace(cfg: Config) -> None:
     """Stop with one line and exit status 2 when the workspace lacks what the params name
     (seqcore.config_rules.workspace_problem)."""
@@ -46,9 +86,17 @@ def check_workspace(cfg: Config) -> None:
 
 def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any) -> None:
     """Expected failures (seqcore.errors.OneLineError: e.g. an unusable checkpoint) print
-    their one line; anything else is a bug and keeps its traceback. Exit status stays 1."""
+    their one line (exit status 1); an input file that is not there (issue 54: a deleted
+    ``tokenizer/contract.json``) is named in one line with what to do, exit status 2;
+    anything else is a bug and keeps its traceback."""
     if isinstance(err, OneLineError):
         print(err, file=sys.stderr)
+    elif isinstance(err, FileNotFoundError) and err.filename:
+        print(f"{err.filename}: missing; run the stages before this one (`dvc repro`) or "
+              "`dvc pull` it", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CONFIG_ERROR_STATUS)  # an excepthook cannot choose the exit status
     else:
         sys.__excepthook__(kind, err, tb)
 

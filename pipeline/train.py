@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.stage import load
+from pipeline.stage import cpu_kernels, load
 from pipeline.task_io import PipelineIO
 from pipeline.timing import StageTime, elapsed, record_stage, training_clock
 from seqcore.artifacts.model_file import ModelMeta
@@ -129,18 +129,30 @@ def resume_hint(ckpt: CheckpointDir) -> str:
 def write_ledger(ckpt: CheckpointDir, out: Path, cfg: Config, last: int) -> list[int]:
     """Copy the ledger states of this run to ``out`` (the stage's ``paths.ledger``): the one
     before the first step, every ``train.ledger_every`` steps and the last, with their sha256
-    sidecars, plus ``best.pt`` under ``select: best_dev``. Returns the steps it lacks (a
-    folder trained before the ledger, or under another ``ledger_every``): the replay of the
-    segment around them spans more steps."""
+    sidecars, plus ``best.pt`` under ``select: best_dev``; a file that fails the check
+    loading does is left out with a warning. Returns the steps it lacks (a folder trained
+    before the ledger, under another ``ledger_every``, or a state that failed its check): the
+    replay of the segment around them spans more steps."""
     every = cfg.train.ledger_every
     want = sorted({0, last, *(range(every, last, every) if every else ())})
-    have = {step_of(p): p for p in ledger_files(ckpt.ledger)}
+    best = ckpt.root / "best.pt"
+    found = [p for p in ledger_files(ckpt.ledger) if step_of(p) in want]
+    if cfg.train.select == "best_dev" and best.exists():
+        found.append(best)
+    # A DVC output never carries a file its own stage refused (issue 54): each state is
+    # checked as loading checks it (sidecar, hash, weights-only unpickling, whole payload).
+    usable = []
+    for path in found:
+        why = ckpt.verified(path)
+        if why is None:
+            usable.append(path)
+        else:
+            print(f"warning: {path} is not copied into {out}: {why}", file=sys.stderr)
+    have = {step_of(p) for p in usable if p != best}
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    extra = [ckpt.root / "best.pt"] if cfg.train.select == "best_dev" and \
-        (ckpt.root / "best.pt").exists() else []
-    for path in [have[s] for s in want if s in have] + extra:
+    for path in usable:
         for name in (path.name, path.name + ".sha256"):
             shutil.copyfile(path.with_name(name), out / name)
     return [s for s in want if s not in have]
@@ -148,6 +160,8 @@ def write_ledger(ckpt: CheckpointDir, out: Path, cfg: Config, last: int) -> list
 
 def main() -> None:
     cfg = load(__doc__)
+    cpu_kernels(cfg.train.cpu_kernels, device_kind(cfg.train.device), "train.cpu_kernels",
+                "train", announce=True)
     world, device = start(cfg)
     setup = build(cfg, device, world)
     folder = distributed.checkpoint_folder(cfg.paths.checkpoints, setup.contract)

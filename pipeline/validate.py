@@ -3,7 +3,8 @@
 dvc.yaml makes the whole file this stage's parameter dependency, so any edit of params.yaml
 (an added key such as a typo'd ``train.lrr`` included) re-runs it even when no other stage
 reads the edited key, and a bad file stops ``dvc repro`` with one line and exit status 2.
-It also checks what the workspace must hold (the user's data file) and warns, one line each,
+It also checks what the workspace must hold (the user's data file) and what the CPU must
+give (AVX2 for the portable CPU kernel profile), and warns, one line each,
 about decode settings the chosen strategy ignores.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.stage import check_workspace, load
+from pipeline.stage import check_host, check_workspace, load
 from pipeline.timing import record_stage
 from seqcore.config_rules import ignored_settings
 
@@ -19,6 +20,7 @@ from seqcore.config_rules import ignored_settings
 def main() -> None:
     cfg = load(__doc__)
     check_workspace(cfg)
+    check_host(cfg)
     for warning in ignored_settings(cfg):
         print(f"[validate] warning: {warning}", file=sys.stderr)
     print("[validate] params ok", file=sys.stderr)

@@ -213,6 +213,10 @@ class TrainConfig:
     select: Literal["best_dev", "last"] = "last"
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
+    # CPU kernels (seqcore.kernels, issue 49): portable = ATen's AVX2 build and MKL's
+    # COMPATIBLE branch, the same bytes on every x86-64 CPU with AVX2 (Intel or AMD, with or
+    # without AVX-512); native = this CPU's own (a result reproduces on its CPU kind only).
+    cpu_kernels: Literal["portable", "native"] = "portable"
     resume: Literal["auto", "fresh"] = "auto"  # fresh: ignore existing checkpoints
     # Scheduled sampling (Bengio et al. 2015): probability of feeding the model's own token.
     ss_schedule: Literal["off", "linear", "exponential", "inverse_sigmoid"] = "off"
@@ -250,6 +254,8 @@ class DecodeConfig:
     # Extra token ids never generated (PAD and BOS always are banned: they are never labels).
     banned_tokens: tuple[int, ...] = ()
     device: str = "cpu"  # auto, cpu, cuda or cuda:N (decode and the audit's re-decode)
+    # CPU kernels of decode and of evaluate's teacher-forced scoring (as train.cpu_kernels).
+    cpu_kernels: Literal["portable", "native"] = "portable"
     # System combination (seqcore.decoding.rescore): "baseline" rescores the baseline's
     # n-best list (baseline.nbest) and the model's own outputs with
     # (1 - rescore_weight) * log p_model + rescore_weight * log p_baseline. 0.6 was the best

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from seqcore.config_ranges import Problem
 from seqcore.credentials import has_credentials
+from seqcore.kernels import LEVEL_FLAGS, cpu_flags
 
 if TYPE_CHECKING:
     from seqcore.config import Config
@@ -89,6 +90,12 @@ def problems(cfg: Config) -> Iterator[Problem]:
     if tr.amp == "fp16" and tr.device == "cpu":
         yield Problem("train.amp", tr.amp,
                       "needs CUDA (train.device cuda or auto); use bf16 on CPU")
+    # CPU bf16 runs oneDNN's GEMMs, chosen by the CPU's bf16 units (avx512_bf16, AMX): no
+    # portable profile pins them (seqcore.kernels, issue 49)
+    if tr.amp == "bf16" and tr.device == "cpu" and tr.cpu_kernels == "portable":
+        yield Problem("train.amp", tr.amp, "runs CPU-specific oneDNN kernels, which "
+                      "train.cpu_kernels: portable cannot pin; set train.cpu_kernels: native "
+                      "(or train.amp: none)")
     scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
         if "://" in cfg.mlflow.tracking_uri else ""
     if scheme not in TRACKING_SCHEMES:
@@ -118,6 +125,22 @@ def workspace_problem(cfg: Config) -> str | None:
     if not path.is_file():
         return (f"data.path = {cfg.data.path!r}: no such file (relative paths start at the "
                 "repository root)")
+    return None
+
+
+def host_problem(cfg: Config) -> str | None:
+    """What this CPU lacks for the params' CPU kernel profiles (validate stops on it): the
+    portable profile needs AVX2 (seqcore.kernels), asked of a stage that computes on the
+    CPU. Not part of load_config: params are read on other machines too (an audit, a GPU)."""
+    flags = cpu_flags()
+    if not flags or LEVEL_FLAGS["AVX2"] <= flags:
+        return None  # an AVX2 CPU, or no /proc/cpuinfo to tell (the stage then checks)
+    for key, profile, device in (("train.cpu_kernels", cfg.train.cpu_kernels, cfg.train.device),
+                                 ("decode.cpu_kernels", cfg.decode.cpu_kernels,
+                                  cfg.decode.device)):
+        if profile == "portable" and not device.startswith(("cuda", "auto")):
+            return (f"{key} = 'portable': this CPU has no AVX2, and the portable profile's "
+                    f"bytes need it; set {key}: native (reproducible on this CPU kind only)")
     return None
 
 

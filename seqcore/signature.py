@@ -118,7 +118,7 @@ DECODE_FIELDS = {
     "COMMON": (("split", "split"), ("strategy", "dec"), ("min_len", "minlen"),
                ("max_len", "maxlen"), ("max_len_ratio", "ratio"),
                ("no_repeat_ngram", "norep"), ("banned_tokens", "ban"),
-               ("batch_size", "dbs"), ("rescore", "rescore")),
+               ("batch_size", "dbs"), ("rescore", "rescore"), ("cpu_kernels", "cpuk")),
     "beam": (("beam_size", "beam"), ("n_best", "nbest"), ("length_norm", "lnorm"),
              ("alpha", "alpha")),
     "sample": (("temperature", "temp"), ("top_k", "topk"), ("top_p", "topp"), ("seed", "seed")),
@@ -181,7 +181,7 @@ NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every", "ledger_
 #: behaviour from before the key: at that value the key is left out of the training
 #: contract, so a checkpoint or model file written before it still resumes and compares equal.
 #: Any other value is in the contract like every key.
-ADDED_KEYS = {"model.transformer.attention_kernel": "auto"}
+ADDED_KEYS = {"model.transformer.attention_kernel": "auto", "train.cpu_kernels": "native"}
 #: Guards: thresholds (and the raw snapshot's pin) that decide whether a stage stops and
 #: change no output byte. The stage that checks one declares it (a change re-checks); it
 #: enters no signature, no training contract, no manifest and no MLflow run.

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-import torch
+from seqcore.kernels import PORTABLE_ENV
+
+# The portable CPU kernel profile (seqcore.kernels) acts only when set before torch's first
+# kernel: set here, before torch is imported, it holds in every test process and every stage
+# the tests start, so a portable stage need not start itself again (it would, and pass).
+os.environ.update(PORTABLE_ENV)
+
+import pytest  # noqa: E402 (after the profile's environment)
+import torch  # noqa: E402
 
 from seqcore.contract import SpecialIds
 from tests.factories import IDS

@@ -29,7 +29,7 @@ from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.tasks.lm.model import RNNLM, RNNLMShape
-from seqcore.training.checkpoint import CheckpointDir
+from seqcore.training.checkpoint import FIELDS, SCHEMA_VERSION, Checkpoint, CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
 
@@ -160,6 +160,13 @@ def model_file_perplexities(path: Path, docs: list[Document], dev: float, test: 
             nll = sum(document_nll(model, d, window) for d in encoded)
             out[f"{name}_ppl_{key}"] = math.exp(nll / tokens)
     return out
+
+
+def whole_checkpoint(**fields: object) -> Checkpoint:
+    """A checkpoint with every field a loadable one holds (``FIELDS``: empty placeholders,
+    this schema), ``fields`` replacing them: for tests of the folder's bookkeeping."""
+    return Checkpoint({**{k: {} for k in FIELDS}, "schema": SCHEMA_VERSION, "history": [],
+                       **fields})
 
 
 #: train.seed of ``s2s_loop``: the bucket sampler's shuffle.

@@ -35,6 +35,7 @@ from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import first_difference, path_differences
 from seqcore.config import Config, config_from_dict
 from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint
+from tests.factories import whole_checkpoint
 from tests.pipeline_helpers import empty_mlflow_store
 
 SIDES = ("file", "recomputed")
@@ -214,8 +215,7 @@ def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
                                            ("results", "results.json"))}
     cfg = config_from_dict({"paths": paths})
     ckpt = tmp / "checkpoints" / "ckpt-00000002.pt"
-    Checkpoint({"schema": SCHEMA_VERSION, "state": STATE, "history": [r.row() for r in HISTORY],
-                "model": weights()}).save(ckpt)
+    whole_checkpoint(state=STATE, history=[r.row() for r in HISTORY], model=weights()).save(ckpt)
     Results({"checkpoints": str(ckpt.parent)}).save(cfg.paths.results)
     TrainLog(tuple(log or HISTORY)).save(cfg.paths.train_log)
     counters.save(cfg.paths.train_metrics)

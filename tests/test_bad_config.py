@@ -102,6 +102,13 @@ CASES = [
      "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
     ("tracking", with_overrides({"train": {"lr": -1.0}}),  # the replay command
      "params.yaml: train.lr = -1.0: must be > 0"),
+    # issue 49: CPU bf16 runs oneDNN kernels the portable CPU kernel profile cannot pin
+    ("validate", with_overrides({"train": {"amp": "bf16"}}),
+     "params.yaml: train.amp = 'bf16': runs CPU-specific oneDNN kernels, which "
+     "train.cpu_kernels: portable cannot pin; set train.cpu_kernels: native (or train.amp: "
+     "none)"),
+    ("validate", with_overrides({"train": {"cpu_kernels": "fast"}}),
+     "params.yaml: train.cpu_kernels = 'fast': must be one of portable, native"),
     ("validate", with_overrides({"data": {"source": "tsv", "path": "/tmp"},
                                  "paths": {"raw": "data/raw/tmp"}}),
      "params.yaml: data.path = '/tmp': a folder; name the data file in it"),

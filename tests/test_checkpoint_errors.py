@@ -11,11 +11,11 @@ import torch
 
 from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
 from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint, CheckpointDir
+from tests.factories import whole_checkpoint
 
 
 def checkpoint_at(step: int, value: float) -> Checkpoint:
-    return Checkpoint({"schema": SCHEMA_VERSION, "model": {"w": torch.full((2,), value)},
-                       "state": {"step": step}})
+    return whole_checkpoint(model={"w": torch.full((2,), value)}, state={"step": step})
 
 
 class _NotAllowed:
@@ -99,3 +99,27 @@ def test_a_temp_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path: P
     assert not stale.exists() and live.exists() and other.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["model.pt", live.name, other.name])
+
+
+def test_a_checkpoint_of_nothing_but_a_schema_falls_back_to_the_one_before_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    # issue 54: it passed the schema check, then failed the contract check with a
+    # 3,602-character diff advising train.resume: fresh, which would delete the good one
+    ckpt = CheckpointDir(tmp_path, keep_last=3)
+    ckpt.save(3, checkpoint_at(3, 3.0))
+    bare = ckpt.save(6, Checkpoint({"schema": SCHEMA_VERSION}))
+    found = ckpt.latest_good()
+    assert found is not None and found.path.name == "ckpt-00000003.pt"
+    err = capsys.readouterr().err
+    assert err == (f"warning: skipping unusable checkpoint {bare}: not a whole training "
+                   "checkpoint (it lacks world, model, optimizer, scaler, schedule, data, "
+                   "generator, rng, state, history, contract)\n")
+
+
+def test_a_checkpoint_that_is_not_a_mapping_is_unusable_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt-00000001.pt"
+    save_blob(path, [torch.zeros(1)])  # type: ignore[arg-type]
+    with pytest.raises(UnusableCheckpoint) as refused:
+        Checkpoint.load(path)
+    assert str(refused.value) == f"{path}: not a training checkpoint (a list, not a mapping)"

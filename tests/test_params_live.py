@@ -134,7 +134,7 @@ LIVE: dict[str, Live] = {
     "train.eps": Live("train", 1e-3),
     "train.weight_decay": Live("train", 0.1),
     "train.clip_norm": Live("train", 0.01),
-    "train.amp": Live("train", "bf16"),
+    "train.amp": Live("train", "bf16", {"train.cpu_kernels": "native"}),
     "train.max_consecutive_skips": Live(
         "train", 1, {"train.lr": 1e30, "train.max_consecutive_skips": 100}, fails=True),
     "train.eval_every": Live("train", 3),
@@ -203,6 +203,12 @@ NOT_RESULTS: dict[str, str] = {
     "mlflow.experiment": "the MLflow experiment name the run is logged under",
     "mlflow.registered_model": "the Model Registry name the run's model is registered under "
                                "(tests/test_registry.py); no DVC-tracked output depends on it",
+    "train.cpu_kernels": "the CPU kernel profile acts before torch's first kernel (a stage "
+                         "relaunches itself), which an in-process case cannot change; its "
+                         "bytes: tests/test_portable_kernels.py (the golden training, the "
+                         "relaunched stage) and tools/cpu_models.py; a training-contract key",
+    "decode.cpu_kernels": "as train.cpu_kernels, for decode and evaluate; the cpuk field of "
+                          "the result signature",
     "train.log_every": "how often a progress line goes to stderr (logging)",
     "train.resume": "resuming gives identical losses and model (tests/test_resume.py, "
                     "tests/test_resume_stage.py); fresh only deletes old checkpoints",

@@ -41,7 +41,8 @@ from seqcore.training.loop import (
     TrainLoop,
     autocast_context,
 )
-from tests.factories import IDS, S2S_SEED, examples, kill_after, s2s_loop, tiny_model
+from tests.factories import (
+    IDS, S2S_SEED, examples, kill_after, s2s_loop, tiny_model, whole_checkpoint)
 
 CPU = torch.device("cpu")
 NOLS = SequenceConfig(label_smoothing=0.0)
@@ -76,8 +77,7 @@ def record_indices(loop: TrainLoop) -> list[list[int]]:
 
 
 def tiny_checkpoint(step: int) -> Checkpoint:
-    return Checkpoint({"schema": SCHEMA_VERSION, "model": {"w": torch.full((2,), float(step))},
-                       "state": {"step": step}})
+    return whole_checkpoint(model={"w": torch.full((2,), float(step))}, state={"step": step})
 
 
 def files_under(root: Path) -> list[str]:

@@ -113,6 +113,45 @@ def test_corrupt_best_checkpoint_falls_back_to_the_same_weights_on_rerun(tiny_re
     assert (tiny_repo / "models/model.pt").read_bytes() == kept[tiny_repo / "models/model.pt"]
 
 
+@pytest.mark.parametrize("damage", ["truncated", "sidecar deleted"])
+def test_a_best_checkpoint_the_stage_refused_is_never_copied_into_the_ledger(
+        tiny_repo: Path, damage: str) -> None:
+    # issue 54: the ledger (a DVC output) took the refused best.pt, and with its sidecar
+    # gone every later train stage died in a FileNotFoundError traceback
+    [best] = (tiny_repo / "checkpoints").glob("*/best.pt")
+    sidecar = best.with_name("best.pt.sha256")
+    kept = {p: p.read_bytes() for p in (best, sidecar)}
+    if damage == "truncated":
+        best.write_bytes(kept[best][: len(kept[best]) // 2])
+    else:
+        sidecar.unlink()
+    runs = [stage(tiny_repo, "train") for _ in range(2)]  # and the stage stays runnable
+    ledger = sorted(p.name for p in (tiny_repo / "models/ledger").iterdir())
+    for path, data in kept.items():
+        path.write_bytes(data)
+    for res in runs:
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        assert f"warning: {best.relative_to(tiny_repo)} is not copied into models/ledger: " \
+            in res.stderr
+    assert "best.pt" not in ledger and "best.pt.sha256" not in ledger
+    assert ledger and all(n.startswith("ckpt-") for n in ledger)
+    assert stage(tiny_repo, "train").returncode == 0
+    assert "best.pt" in {p.name for p in (tiny_repo / "models/ledger").iterdir()}
+
+
+@pytest.mark.parametrize("name", ["decode", "evaluate"])
+def test_a_missing_input_file_stops_a_stage_in_one_line_naming_it(tiny_repo: Path,
+                                                                    name: str) -> None:
+    contract = tiny_repo / "tokenizer" / "contract.json"
+    kept = contract.read_bytes()
+    contract.unlink()
+    res = stage(tiny_repo, name)
+    contract.write_bytes(kept)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[-1] == ("tokenizer/contract.json: missing; run the stages "
+                                           "before this one (`dvc repro`) or `dvc pull` it")
+
+
 def test_a_model_file_that_is_not_weights_only_stops_decode_in_one_line(tiny_repo: Path) -> None:
     model = tiny_repo / "models/model.pt"
     sidecar = model.with_name("model.pt.sha256")

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.config import TrainConfig
+from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.data.batching import SamplerState
 from seqcore.tasks.lm.feed import LMFeed
 from seqcore.tasks.lm.streams import StreamState
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.loop import TooManySkippedSteps, TrainLoop, TrainState
+from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, TrainState
 from tests.factories import (
     IDS,
     S2S_SEED,
@@ -33,6 +33,7 @@ from tests.factories import (
     kill_after,
     s2s_loop,
     tiny_lm,
+    tiny_model,
 )
 
 SEED = S2S_SEED  # train.seed: the sampler's and the streams' shuffles
@@ -279,3 +280,63 @@ def test_lm_restored_carried_state_is_the_state_after_the_text_read_so_far(
     assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(feed.carried, expected,
                                                                  strict=True))
     assert all(t.abs().max() > 0.01 for t in expected)  # the zero state would not pass
+
+
+# -- continuing a finished run (issue 53) --------------------------------------------------
+
+
+def _finishing_loop(work: Path, max_steps: int) -> TrainLoop:
+    """A tiny run with a dev set that evaluates every 2 steps and at its last step, under
+    the constant schedule (which does not depend on max_steps), dropout on."""
+    cfg = TrainConfig(seed=SEED, amp="none", batch_size=4, bucket_width=2, max_steps=max_steps,
+                      schedule="constant", lr=1e-2, warmup_steps=0, eval_every=2,
+                      checkpoint_every=1, keep_last=2, threads=1, select="best_dev")
+    model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
+    pairs = examples(16, seed=3, lengths=(1, 5))
+    feed = Seq2SeqFeed((pairs[:12], pairs[12:]), IDS, SequenceConfig(), cfg)
+    return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
+
+
+def _rows(history: list[StepLog]) -> list[list]:
+    return [[None if isinstance(v, float) and math.isnan(v) else v for v in h.row()]
+            for h in history]
+
+
+def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path) -> None:
+    straight = _finishing_loop(tmp_path / "straight", 6)
+    straight.resume()
+    straight.run(lambda entry, tokens_per_s: None)
+    first = _finishing_loop(tmp_path / "b", 3)
+    first.resume()
+    first.run(lambda entry, tokens_per_s: None)
+    second = _finishing_loop(tmp_path / "b", 6)
+    assert second.resume() == "ckpt-00000003.pt"
+    second.run(lambda entry, tokens_per_s: None)
+    assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
+                                                 second.model.state_dict().values()))
+    assert _rows(second.state.history) == _rows(straight.state.history)
+    assert (second.state.best_step, second.state.best_dev) == \
+        (straight.state.best_step, straight.state.best_dev)
+
+
+def test_a_finished_runs_closing_evaluation_leaves_it_when_it_is_continued(
+        tmp_path: Path) -> None:
+    first = _finishing_loop(tmp_path, 3)
+    first.resume()
+    done = first.run(lambda entry, tokens_per_s: None)
+    evaluated = {h.step: h.dev_nll for h in done.history if not math.isnan(h.dev_nll)}
+    assert sorted(evaluated) == [2, 3]  # the grid's step 2 and the closing step 3
+    closing_best = done.best_step == 3
+    again = _finishing_loop(tmp_path, 6)
+    again.resume()
+    assert math.isnan(again.state.history[-1].dev_nll)  # step 3: no evaluation now
+    assert again.state.history[1].dev_nll == evaluated[2]  # the grid's evaluation stays
+    assert (again.state.best_step, again.state.best_dev) == (2, evaluated[2])
+    assert (tmp_path / "best.pt").exists() == (not closing_best)
+    # resumed with the same max_steps (a killed run), nothing is reopened
+    same = _finishing_loop(tmp_path / "same", 3)
+    same.resume()
+    same.run(lambda entry, tokens_per_s: None)
+    kept = _finishing_loop(tmp_path / "same", 3)
+    kept.resume()
+    assert kept.state.history[-1].dev_nll == same.state.history[-1].dev_nll

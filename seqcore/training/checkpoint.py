@@ -84,6 +84,12 @@ class Progress:
     best_step: int
 
 
+#: The fields of every checkpoint (``TrainLoop.checkpoint``; ``ranks`` only under several
+#: processes): a file without one of them is unusable, like a file whose hash is wrong.
+FIELDS = ("world", "schema", "model", "optimizer", "scaler", "schedule", "data", "generator",
+          "rng", "state", "history", "contract")
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """One training state as its file holds it, read through named fields (issue 26).
@@ -105,8 +111,15 @@ class Checkpoint:
             UnusableCheckpoint: one line naming the file and what is wrong with it.
         """
         payload = load_blob(Path(path))
+        if not isinstance(payload, dict):
+            raise UnusableCheckpoint(f"{path}: not a training checkpoint (a "
+                                     f"{type(payload).__name__}, not a mapping)")
         if payload.get("schema") != SCHEMA_VERSION:
             raise UnusableCheckpoint(f"{path}: schema {payload.get('schema')} != {SCHEMA_VERSION}")
+        missing = [k for k in FIELDS if k not in payload]
+        if missing:
+            raise UnusableCheckpoint(f"{path}: not a whole training checkpoint (it lacks "
+                                     f"{', '.join(missing)})")
         return cls(payload)
 
     def save(self, path: Path) -> str:
@@ -216,6 +229,19 @@ class CheckpointDir:
         path = self.root / "best.pt"
         checkpoint.save(path)
         return path
+
+    def drop_best(self) -> None:
+        """Remove ``best.pt`` and its sidecar (a best state that no longer is one)."""
+        for path in (self.root / "best.pt", self.root / "best.pt.sha256"):
+            path.unlink(missing_ok=True)
+
+    def verified(self, path: Path) -> str | None:
+        """Why ``path`` is no usable checkpoint (the check loading does), or None."""
+        try:
+            Checkpoint.load(path)
+        except Exception as err:  # noqa: BLE001 (any load failure means "not usable")
+            return str(err).removeprefix(f"{path}: ") or type(err).__name__
+        return None
 
     def best_weights(self, best_step: int) -> Found | None:
         """What ``select: best_dev`` exports: ``best.pt``, else the numbered checkpoint of

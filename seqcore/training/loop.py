@@ -156,8 +156,33 @@ class TrainLoop:
         st = c.progress
         self.state = TrainState(st.step, st.tokens, st.skipped, st.consecutive_skips,
                                 st.best_dev, st.best_step, [StepLog(*r) for r in c.history])
+        if st.step < self.cfg.max_steps:
+            self._reopen()
         distributed.barrier(self.world)
         return found.path.name
+
+    def _reopen(self) -> None:
+        """Continue a finished run as if it had not finished (issue 53).
+
+        A run evaluates dev at its last step even off the ``eval_every`` grid; resumed towards
+        a larger ``max_steps``, that step is no longer the last, and the straight run never
+        evaluated there. So the closing evaluation leaves the history and the best-dev
+        bookkeeping (recomputed from the evaluations that remain, first of equals as in
+        ``_maybe_evaluate``), and a ``best.pt`` it wrote is removed. It used no RNG and moved
+        no data, so under a schedule that does not depend on ``max_steps`` (constant, noam)
+        the continued run then equals the straight one: weights, log and checkpoints.
+        """
+        s = self.state
+        last = s.history[-1] if s.history else None
+        if last is None or last.step % self.cfg.eval_every == 0 or math.isnan(last.dev_nll):
+            return
+        s.history[-1] = replace(last, dev_nll=math.nan)
+        best = min((h for h in s.history if not math.isnan(h.dev_nll)),
+                   key=lambda h: h.dev_nll, default=None)
+        closing_was_best = s.best_step == last.step
+        s.best_dev, s.best_step = (best.dev_nll, best.step) if best else (math.inf, 0)
+        if closing_was_best and self.world.main:
+            self.ckpt.drop_best()
 
     # -- one step ------------------------------------------------------------------------
     def train_step(self) -> StepLog:

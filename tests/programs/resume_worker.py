@@ -34,20 +34,23 @@ MAX_STEPS, CKPT_EVERY = 12, 4
 SEED = 7
 
 
-def train(work: str, task: str, accum: int, kill_step: int, kill_micro: int, lr: float) -> None:
-    """Train ``task`` ("s2s" or "lm") in ``work``, resuming from its checkpoints; SIGKILL this
-    process after step ``kill_step`` or at micro-batch ``kill_micro`` when they are > 0."""
-    set_determinism(SEED, 1)
+def train(work: str, task: str, accum: int, kill_step: int, kill_micro: int, lr: float,
+          device: str = "cpu") -> None:
+    """Train ``task`` ("s2s" or "lm") in ``work`` on ``device``, resuming from its
+    checkpoints; SIGKILL this process after step ``kill_step`` or at micro-batch
+    ``kill_micro`` when they are > 0."""
+    where = torch.device(device)
+    set_determinism(SEED, 1, where)
     cfg = TrainConfig(amp="none", batch_size=4, accum_steps=accum, max_steps=MAX_STEPS, lr=lr,
                       warmup_steps=3, eval_every=4, checkpoint_every=CKPT_EVERY, keep_last=2,
-                      threads=1, select="best_dev", bptt_len=4)
+                      threads=1, select="best_dev", bptt_len=4, device=device)
     if task == "s2s":
         pairs = examples(48, seed=3, high=12, shift=0, lengths=(1, 5))
         cfg = replace(cfg, ss_schedule="linear", ss_k=6.0, ss_cap=0.5, ss_choice="sample")
         model: torch.nn.Module = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16,
-                                            seed=SEED).train()
+                                            seed=SEED).to(where).train()
         feed: Seq2SeqFeed | LMFeed = Seq2SeqFeed((pairs[:40], pairs[40:]), IDS,
-                                                 SequenceConfig(), cfg)
+                                                 SequenceConfig(), cfg, where)
     else:
         g = torch.Generator().manual_seed(3)
         docs = [torch.randint(4, 12, (n,), generator=g).tolist() for n in (9, 30, 14, 21, 11)]
@@ -71,7 +74,7 @@ def train(work: str, task: str, accum: int, kill_step: int, kill_micro: int, lr:
     state = trainer.run(lambda entry, tokens_per_s: None)
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode() + t.detach().contiguous().numpy().tobytes())
+        h.update(name.encode() + t.detach().cpu().contiguous().numpy().tobytes())
     Path(work, "result.json").write_text(json.dumps(
         {"weights": h.hexdigest(), "history": [e.row() for e in state.history], "skipped": state.skipped}))
 

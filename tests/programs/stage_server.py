@@ -36,7 +36,7 @@ STAGES = ("validate", "fetch", "prepare", "tokenizer", "baseline", "train", "dec
           "evaluate", "audit", "audit_replay", "tracking", "predict", "compare", "copy_run")
 #: Read by torch when it is imported (the replay's CPU kernels): a request that sets another
 #: value than the server's needs a fresh interpreter.
-IMPORT_TIME_ENV = ("ATEN_CPU_CAPABILITY",)
+IMPORT_TIME_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
 #: Task pieces the stages load by name (seqcore.tasks), what the audit imports when it runs,
 #: and what the stages import lazily: ``torch.use_deterministic_algorithms`` imports
 #: torch._inductor (sympy, dynamo: 1.2 s), evaluate MLflow's SQL store and ruamel. Imported
