@@ -136,7 +136,12 @@ def _log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) 
         return None
     if not client.search_registered_models(f"name = '{model['name']}'"):
         client.create_registered_model(model["name"])
-    version = client.create_model_version(model["name"], f"models:/{logged.model_id}",
+    # The source is the logged model's artifact location, not ``models:/<id>``: MLflow's SQL
+    # registry resolves that URI with a client on the process's *global* tracking URI, which
+    # MLflow 3 defaults to a relative sqlite:///mlflow.db, inside `dvc exp run --temp` a new
+    # database in the temporary copy, where the model is not found and the run was left
+    # RUNNING without its version (issue 55). Either way the version stores this location.
+    version = client.create_model_version(model["name"], logged.artifact_location,
                                           run_id=run_id, tags=model["tags"],
                                           model_id=logged.model_id)
     print(f"[mlflow] model registered as {model['name']} version {version.version}",

@@ -219,6 +219,11 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
     # the report's lead is the description (issue 29): the table with intervals, the baseline
     assert "| WER (word error rate, 1 - exact_match) |" in note and "## Beside the baseline" in note
     assert "## Headline" not in note and note.endswith("artifact `reports/report.md`.")
+    # issue 55: a --temp experiment's run was left RUNNING without its registered version
+    # (the registry resolved the model's URI against the temporary copy)
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}
+    versions = {v.run_id for v in client.search_model_versions("name = 'seqcore-g2p'")}
+    assert versions == {r.info.run_id for r in runs.values()}
     for run in runs.values():
         tags = run.data.tags
         assert {"mlflow.source.name", "mlflow.source.type", "mlflow.user",
