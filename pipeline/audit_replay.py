@@ -28,8 +28,6 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
 from pipeline.task_io import PipelineIO
 from seqcore.config import Config, load_config
 from seqcore.determinism import device_kind, resolve_device, set_determinism

@@ -34,7 +34,6 @@ from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import first_difference, path_differences
 from seqcore.config import Config, config_from_dict
-from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint
 from tests.factories import whole_checkpoint
 from tests.pipeline_helpers import empty_mlflow_store
 
