@@ -141,3 +141,27 @@ def test_a_bad_input_file_argument_is_one_line_with_status_2(
         capsys: pytest.CaptureFixture) -> None:
     code, out, err = run(repo, monkeypatch, capsys, b"", *argv)
     assert (code, out, err) == (2, "", want + "\n")
+
+
+@pytest.mark.parametrize(("span", "known", "named"), [
+    # issue 55: a space was named '' and the typographic apostrophe got no hint
+    ("", {"a"}, "' ' (U+0020 SPACE: a space between words; the vocabulary has none)"),
+    ("\u2019", {"'", "a"}, "'\u2019' (U+2019 RIGHT SINGLE QUOTATION MARK; the vocabulary has "
+                           "' U+0027)"),
+    ("\u2019", {"a"}, "'\u2019' (U+2019 RIGHT SINGLE QUOTATION MARK)"),  # no hint it lacks
+    ("\u2013", {"\u2581-"}, "'\u2013' (U+2013 EN DASH; the vocabulary has - U+002D)"),
+    ("%", {"a"}, "'%'"),  # plain ASCII as it is
+])
+def test_an_unknown_character_is_named_by_its_code_point_with_the_plain_one_to_type(
+        span: str, known: set[str], named: str) -> None:
+    from seqcore.data.inputs import describe_span  # noqa: PLC0415
+
+    assert describe_span(span, known) == named
+
+
+def test_a_space_in_a_word_is_named_not_printed_as_an_empty_string(
+        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(repo, monkeypatch, capsys, b"", "ab c")
+    assert code == 1 and not out
+    assert err.startswith("[predict] line 1 'ab c': not in the source vocabulary: ' ' "
+                          "(U+0020 SPACE"), err

@@ -45,13 +45,44 @@ def check_source(raw: str, text: TextContract, tok: Tokenizer, max_len: int) -> 
         return SourceInput(raw, "", [], str(err))
     ids = tok.encode(norm)
     if tok.special_ids().unk in ids:
-        spans = ", ".join(repr(s) for s in dict.fromkeys(tok.unknown_spans(norm)))
+        known = set(tok.pieces())
+        spans = ", ".join(describe_span(s, known)
+                          for s in dict.fromkeys(tok.unknown_spans(norm)))
         return SourceInput(raw, norm, [], f"not in the source vocabulary: {spans} "
                                           f"({known_pieces(tok)})")
     if len(ids) > max_len:
         return SourceInput(raw, norm, [], f"{len(ids)} tokens > sequence.max_src_len {max_len} "
                                           "the model was trained with")
     return SourceInput(raw, norm, ids)
+
+
+#: Typographic characters and the plain ones a vocabulary trained on plain text has instead
+#: (issue 55: French text writes the apostrophe as U+2019).
+LOOKALIKES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u201c": '"', "\u201d": '"',
+              "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u00a0": " "}
+
+
+def describe_span(span: str, known: set[str]) -> str:
+    """An unknown stretch of input as a refusal names it: plain ASCII as it is (``'%'``); a
+    space (a tokenizer reports it as an empty stretch) or any other character by its code
+    point and Unicode name, with the plain look-alike to type instead where the vocabulary
+    has it (``'’' (U+2019 RIGHT SINGLE QUOTATION MARK; the vocabulary has ' U+0027)``)."""
+    import unicodedata  # noqa: PLC0415 (only on a refusal)
+
+    if span.isascii() and span.strip():
+        return repr(span)
+    if not span.strip():
+        return "' ' (U+0020 SPACE: a space between words; the vocabulary has none)"
+    parts = []
+    for ch in dict.fromkeys(span):
+        if ch.isascii():
+            continue
+        line = f"U+{ord(ch):04X} {unicodedata.name(ch, 'UNNAMED')}"
+        plain = LOOKALIKES.get(ch)
+        if plain is not None and (plain in known or f"\u2581{plain}" in known):
+            line += f"; the vocabulary has {plain} U+{ord(plain):04X}"
+        parts.append(line)
+    return f"{span!r} ({'; '.join(parts)})"
 
 
 def known_pieces(tok: Tokenizer, width: int = 80) -> str:
