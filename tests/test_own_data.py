@@ -134,7 +134,8 @@ def test_coverage_problems_name_the_figures_and_the_parameters_to_change() -> No
 @pytest.mark.parametrize("raw, problem", [
     ("", "empty input"),
     ("   ", "empty input"),
-    ("c\u00e1t\u00e9", "not in the source vocabulary: 'á', 'é'"),
+    ("c\u00e1t\u00e9", "not in the source vocabulary: 'á' (U+00E1 LATIN SMALL LETTER A WITH "
+                       "ACUTE), 'é' (U+00E9 LATIN SMALL LETTER E WITH ACUTE)"),
     ("cat" * 11, "33 tokens > sequence.max_src_len 32 the model was trained with"),
     ("ca\x07t", "control-chars"),
 ])
