@@ -63,7 +63,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from seqcore.kernels import PORTABLE_ENV
+from seqcore.kernels import profile_env
 
 AMP_DTYPE = {"none": "fp32", "bf16": "bf16"}
 PARTS = ("data", "forward", "backward", "clip", "optimiser")
@@ -245,18 +245,11 @@ def measure_peak(dtype: str, threads: int) -> float:
     return gflops(Shape("square", 1024, 1024, 1024), DTYPES[dtype], 5, 0.3, 0.2)
 
 
-def kernel_env(profile: str) -> dict[str, str]:
-    """The environment of a child under CPU kernel profile ``profile`` (seqcore.kernels):
-    portable adds its variables, native removes them."""
-    env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
-    return env | (PORTABLE_ENV if profile == "portable" else {})
-
-
 def in_child(spec: dict[str, Any]) -> dict[str, Any]:
     """run_one in a fresh interpreter (own ru_maxrss, own thread pool, own CPU kernels)."""
     res = subprocess.run([sys.executable, "-m", "benchmarks.train", "--child", json.dumps(spec)],
                          capture_output=True, text=True, check=False,
-                         env=kernel_env(spec.get("cpu_kernels", "native")))
+                         env=profile_env(spec.get("cpu_kernels", "native"), dict(os.environ)))
     if res.returncode != 0:
         sys.exit(f"configuration {spec['family']}/{spec['amp']}/{spec['threads']}t failed:\n"
                  + res.stderr[-3000:])

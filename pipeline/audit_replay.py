@@ -31,7 +31,7 @@ from pathlib import Path
 from pipeline.task_io import PipelineIO
 from seqcore.config import Config, load_config
 from seqcore.determinism import device_kind, resolve_device, set_determinism
-from seqcore.kernels import PORTABLE_ENV, KernelProfileError, check_portable, host_capability
+from seqcore.kernels import KernelProfileError, check_portable, host_capability, profile_env
 from seqcore.ledger import (
     Segment, choose, first_difference, ledger_segments, state_difference)
 from seqcore.tasks import get_task
@@ -172,12 +172,13 @@ def capability_env(recorded: str | None) -> dict[str, str]:
     return {"ATEN_CPU_CAPABILITY": recorded.lower()}
 
 
-def kernel_env(profile: str, capability: str | None) -> dict[str, str]:
-    """The environment that gives the replay the training's CPU kernels: the portable
-    profile's variables, or (native) the recorded ATen level where this host can take it."""
-    if profile == "portable":
-        return dict(PORTABLE_ENV)
-    return capability_env(capability)
+def kernel_env(profile: str, capability: str | None,
+               environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with the training's CPU kernels: the portable profile's variables, or
+    (native) none of them and the recorded ATen level where this host can take it (a
+    native replay never inherits the variables of an auditor that runs portable)."""
+    env = profile_env(profile, environ)
+    return env if profile == "portable" else env | capability_env(capability)
 
 
 def run_replay(params: str, ledger: Path, chosen: list[int],
@@ -188,10 +189,7 @@ def run_replay(params: str, ledger: Path, chosen: list[int],
     ``train.cpu_kernels``; under native, ``capability``: the recorded ATen level)."""
     profile = load_config(params).train.cpu_kernels
     here = str(Path(__file__).resolve().parents[1])
-    # a native replay must not inherit the portable variables of an auditor that runs under
-    # them: it takes the host's kernels, or the recorded ATen level
-    env = {**{k: v for k, v in os.environ.items() if k not in PORTABLE_ENV},
-           **kernel_env(profile, capability),
+    env = {**kernel_env(profile, capability, dict(os.environ)),
            "PYTHONPATH": os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         # -P: the result's folder is not put first on sys.path (the auditor's code replays)

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from seqcore.kernels import cpuinfo
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -47,14 +49,7 @@ def installed_packages() -> list[str]:
 
 def cpu_model() -> str:
     """The CPU's model name (Linux: /proc/cpuinfo; elsewhere what ``platform`` says)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return cpuinfo().get("model name") or platform.processor() or "unknown"
 
 
 @functools.cache

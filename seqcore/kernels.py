@@ -6,7 +6,7 @@ one by the CPU they find:
 
 - ATen's own kernels (softmax, LayerNorm, reductions, elementwise ops): one build per vector
   width, picked at the first dispatch. ``ATEN_CPU_CAPABILITY=avx2`` pins the AVX2 build,
-  which every x86-64 CPU with AVX2 runs the same way (no vendor branch).
+  which has no vendor branch.
 - MKL (``mm``, ``bmm``, ``addmm`` and the vectorised ``exp``/``log`` of VML): a kernel per
   vendor *and* width. Measured 2026-12-04 on an AMD EPYC (AVX-512) and, under qemu's CPU
   models, an Intel Haswell and an AMD EPYC (AVX2): under ``MKL_CBWR`` AUTO, AVX2 or
@@ -16,7 +16,10 @@ one by the CPU they find:
   prints nothing), and the thread count is already in the training contract.
 
 ``portable`` pins both; ``native`` leaves the choice to the CPU (faster where MKL's own
-kernel is; a result then reproduces on the CPU kind that made it only). Both variables are
+kernel is; a result then reproduces on the CPU kind that made it only). One op stays
+hardware-dependent under both: VML's ``sqrt`` (Adam's) is not correctly rounded, so a
+portable result is promised on its CPU kind for now (docs/reproducibility.md, "the open
+hole"). Both variables are
 read once, at the first kernel call, so a stage sets them by starting itself again before
 torch computes anything (:func:`relaunch_env`), then proves they took effect
 (:func:`check_portable`).
@@ -30,7 +33,6 @@ from pathlib import Path
 
 from seqcore.errors import OneLineError
 
-PROFILES = ("portable", "native")
 #: The environment of the portable profile.
 PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
 #: ``mkl_cbwr_get(MKL_CBWR_BRANCH)`` under ``MKL_CBWR=COMPATIBLE`` (mkl_service.h).
@@ -53,15 +55,30 @@ def relaunch_env(profile: str, environ: dict[str, str]) -> dict[str, str] | None
     return {**environ, **PORTABLE_ENV}
 
 
+def profile_env(profile: str, environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` for a child process under ``profile``: the portable profile's variables
+    set, or (native) removed, so that a native child never inherits a portable parent's."""
+    rest = {k: v for k, v in environ.items() if k not in PORTABLE_ENV}
+    return rest | PORTABLE_ENV if profile == "portable" else rest
+
+
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (``vendor_id``, ``cpu family``,
+    ``model``, ``model name``, ``flags``, ...); empty where there is none."""
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return fields
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags (/proc/cpuinfo; empty elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset(cpuinfo().get("flags", "").split())
 
 
 #: The CPU flags each of ATen's x86 kernel levels needs (its own dispatch check).
@@ -115,7 +132,7 @@ def check_portable(key: str) -> str:
                 else f"MKL ignored MKL_CBWR=COMPATIBLE (branch {branch})")
         raise KernelProfileError(f"{key}: portable needs MKL's COMPATIBLE branch, but {what}: "
                                  f"{fix}")
-    return f"portable ({PORTABLE_TEXT})"
+    return describe("portable")
 
 
 def describe(profile: str) -> str:

@@ -10,7 +10,6 @@ naming the host and the first tensor that differs. Hosts verified so far are lis
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -29,7 +28,8 @@ from seqcore.config import Config, DecodeConfig, TrainConfig
 from seqcore.config_rules import host_problem
 from seqcore.environment import cpu_model, producing_environment
 from seqcore.kernels import (
-    PORTABLE_ENV, check_portable, cpu_flags, host_capability, relaunch_env)
+    PORTABLE_ENV, check_portable, cpu_flags, cpuinfo, host_capability, profile_env,
+    relaunch_env)
 from seqcore.signature import config_contract, decode_fields
 from tests.factories import REPO
 from tests.pipeline_helpers import copy_result, dvc, tool_env
@@ -46,11 +46,7 @@ def host() -> str:
 
 def cpu_kind() -> str:
     """The CPU kind as ``tests/golden_training.json`` names it: vendor, family and model."""
-    info = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
+    info = cpuinfo()
     return f"{info.get('vendor_id')} family {info.get('cpu family')} model {info.get('model')}"
 
 
@@ -82,7 +78,7 @@ def test_golden_pin_names_every_weight_of_the_model() -> None:
 
 
 def _check_in_child(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
+    clean = profile_env("native", dict(os.environ))
     return subprocess.run(
         [sys.executable, "-c", "from seqcore.kernels import check_portable; "
          "print(check_portable('train.cpu_kernels'))"],
@@ -132,8 +128,10 @@ def test_training_contract_and_result_signature_carry_the_profile() -> None:
 
 
 def test_replay_takes_the_trainings_profile() -> None:
-    assert kernel_env("portable", "AVX512") == PORTABLE_ENV
-    assert "MKL_CBWR" not in kernel_env("native", "AVX2")
+    inherited = {"PATH": "/bin", **PORTABLE_ENV}  # an auditor that runs portable
+    assert kernel_env("portable", "AVX512", inherited) == inherited
+    native = kernel_env("native", "AVX512", inherited)
+    assert "MKL_CBWR" not in native and native["PATH"] == "/bin"
 
 
 @pytest.mark.slow
@@ -142,7 +140,7 @@ def test_a_stage_without_the_profile_starts_itself_again_and_writes_the_same_byt
     repo = copy_result(audit_result[0], tmp_path / "r")
     before = (repo / "predictions" / "test.jsonl").read_bytes()
     (repo / "predictions" / "test.jsonl").unlink()
-    env = {k: v for k, v in tool_env().items() if k not in PORTABLE_ENV}
+    env = profile_env("native", tool_env())
     res = subprocess.run([sys.executable, "-m", "pipeline.decode"], cwd=repo, env=env,
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr

@@ -25,14 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from seqcore.kernels import PORTABLE_ENV  # noqa: E402
+from seqcore.kernels import profile_env  # noqa: E402
 
 
 def run_golden(model: str | None, profile: str) -> tuple[str, float]:
     """(sha256 of all weights, seconds) of the golden training under qemu's ``model`` (None:
     this host, natively) and CPU kernel ``profile``."""
-    env = {k: v for k, v in os.environ.items() if k not in PORTABLE_ENV}
-    env |= PORTABLE_ENV if profile == "portable" else {}
+    env = profile_env(profile, dict(os.environ))
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *sys.path[1:]])
     python = os.path.realpath(sys.executable)  # qemu runs the interpreter, not the venv link
     cmd = [python, "-m", "tests.programs.golden_training"]
