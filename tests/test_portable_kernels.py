@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -31,7 +32,8 @@ from seqcore.kernels import (
     PORTABLE_ENV, check_portable, cpu_flags, cpuinfo, host_capability, profile_env,
     relaunch_env)
 from seqcore.signature import config_contract, decode_fields
-from tests.factories import REPO
+from seqcore.training.optim import PortableAdam, build_optimizer, ieee_sqrt
+from tests.factories import REPO, s2s_loop
 from tests.pipeline_helpers import copy_result, dvc, tool_env
 from tests.programs.golden_training import digests, train_golden
 
@@ -207,3 +209,83 @@ def test_validate_stops_a_portable_profile_on_a_cpu_without_avx2_in_one_line(
     monkeypatch.setattr("seqcore.config_rules.cpu_flags",
                         lambda: frozenset({"avx2", "fma", "avx"}))
     assert host_problem(Config()) is None
+
+
+# -- the optimiser's correctly rounded square root (seqcore.training.optim) ----------------
+
+def _float32_sample(n: int = 1 << 16) -> torch.Tensor:
+    """``n`` positive float32 values spread over every exponent: random bit patterns."""
+    bits = torch.randint(0, 0x7F800000, (n,), generator=torch.Generator().manual_seed(3),
+                         dtype=torch.int64).to(torch.int32)
+    return bits.view(torch.float32)
+
+
+def test_ieee_sqrt_is_the_correctly_rounded_square_root_of_every_float32_sampled() -> None:
+    x = _float32_sample()
+    # numpy's float32 sqrt is the CPU's sqrtps instruction: IEEE 754, correctly rounded
+    assert torch.equal(ieee_sqrt(x), torch.from_numpy(np.sqrt(x.numpy())))
+    assert ieee_sqrt(x).dtype == torch.float32
+
+
+def _adam_pair(cls_args: dict, steps: int = 5) -> tuple[list[torch.Tensor], list[torch.Tensor],
+                                                        dict, dict]:
+    """(params, params) after ``steps`` updates on the same gradients by torch's Adam (with its
+    sqrt made correctly rounded) and by PortableAdam, and their two state dicts."""
+    g = torch.Generator().manual_seed(11)
+    start = [torch.randn(37, 5, generator=g), torch.randn(64, generator=g)]
+    grads = [[torch.randn(p.shape, generator=g) * 1e-3 for p in start] for _ in range(steps)]
+    out = []
+    for portable in (False, True):
+        params = [p.clone().requires_grad_() for p in start]
+        opt = build_optimizer(params, **cls_args, portable=portable)
+        for step, step_grads in enumerate(grads):
+            for group in opt.param_groups:
+                group["lr"] = 1e-2 * (step + 1)
+            for p, grad in zip(params, step_grads, strict=True):
+                p.grad = grad.clone()
+            opt.step()
+        out.append(([p.detach() for p in params], opt.state_dict()))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
+
+
+@pytest.mark.parametrize("cls_args", [
+    {"optimizer": "adam", "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.0},
+    {"optimizer": "adam", "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01},
+    {"optimizer": "adamw", "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.1},
+], ids=["adam", "adam-l2", "adamw"])
+def test_portable_adam_is_torchs_adam_with_a_correctly_rounded_sqrt(
+        cls_args: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the reference: torch's own update with every Tensor.sqrt correctly rounded
+    sqrt = torch.Tensor.sqrt
+    monkeypatch.setattr(torch.Tensor, "sqrt", lambda x: sqrt(x.double()).to(x.dtype))
+    ref, got, ref_state, got_state = _adam_pair(cls_args)
+    assert all(torch.equal(a, b) for a, b in zip(ref, got, strict=True))
+    assert ref_state["param_groups"] == got_state["param_groups"]
+    for i, state in ref_state["state"].items():
+        assert state.keys() == got_state["state"][i].keys()
+        assert all(torch.equal(state[k], got_state["state"][i][k]) for k in state)
+
+
+def test_the_first_portable_adam_step_moves_each_weight_by_lr_against_its_gradients_sign() -> None:
+    # known answer: m1 = (1-b1) g, v1 = (1-b2) g^2, so with eps 0 the first update is
+    # -lr * m1/(1-b1) / (sqrt(v1)/sqrt(1-b2)) = -lr * sign(g)
+    p = torch.tensor([1.0, -2.0, 0.5], requires_grad=True)
+    opt = PortableAdam([p], 0.25, (0.9, 0.999), 0.0, 0.0, False)
+    p.grad = torch.tensor([3.0, -1e-3, 7e4])
+    opt.step()
+    assert p.detach().tolist() == pytest.approx([0.75, -1.75, 0.25], rel=1e-6)
+    assert opt.state[p]["step"].item() == 1.0
+
+
+def test_cpu_training_uses_portable_adam_under_portable_and_torchs_under_native(
+        tmp_path: Path) -> None:
+    model = torch.nn.Linear(2, 2)
+    built = {profile: build_optimizer(model.parameters(), "adamw", (0.9, 0.98), 1e-9, 0.1,
+                                      portable=profile == "portable")
+             for profile in ("portable", "native")}
+    assert type(built["portable"]) is PortableAdam
+    assert built["portable"].param_groups[0]["decoupled_weight_decay"] is True
+    assert type(built["native"]) is torch.optim.AdamW
+    loops = {p: s2s_loop(tmp_path / p, 1, cpu_kernels=p) for p in ("portable", "native")}
+    assert type(loops["portable"].opt) is PortableAdam
+    assert type(loops["native"].opt) is torch.optim.Adam

@@ -37,6 +37,7 @@ from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, rng_restore, rng_snapshot)
 from seqcore.training.feeds import Feed
+from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 
@@ -85,9 +86,9 @@ class TrainLoop:
         # a guard, read up front: the train stage declares it whether or not a step is skipped
         self.max_skips = cfg.max_consecutive_skips
         self.device = next(model.parameters()).device
-        opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-        self.opt = opt_cls(model.parameters(), lr=0.0, betas=cfg.betas, eps=cfg.eps,
-                           weight_decay=cfg.weight_decay)
+        self.opt = build_optimizer(
+            model.parameters(), cfg.optimizer, cfg.betas, cfg.eps, cfg.weight_decay,
+            portable=cfg.cpu_kernels == "portable" and self.device.type == "cpu")
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
         # Scheduled-sampling draws; every rank draws its own (rank 0 = the single process).
         self.gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * world.rank)
