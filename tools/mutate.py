@@ -236,8 +236,8 @@ MUTANTS: list[Mutant] = [
            (CALLSITES, "-k", "make_decoder")),
     # -- parameters reach the stages (tests/test_params_live.py) -----------------------------
     Mutant("param: train.weight_decay not given to the optimiser", "seqcore/training/loop.py",
-           "eps=cfg.eps,\n                           weight_decay=cfg.weight_decay)",
-           "eps=cfg.eps)", (LIVE, "-k", live("train.weight_decay", "train.optimizer"))),
+           "cfg.betas, cfg.eps, cfg.weight_decay,", "cfg.betas, cfg.eps, 0.0,",
+           (LIVE, "-k", live("train.weight_decay", "train.optimizer"))),
     Mutant("param: scheduled sampling never on", "seqcore/training/loop.py",
            "ss_prob = scheduled_sampling_probability(s.step, cfg.ss_schedule, cfg.ss_k, "
            "cfg.ss_cap)", "ss_prob = 0.0",
