@@ -62,7 +62,7 @@ def model_diffs(client: Any, run: Any, record: RunRecord) -> list[str]:
     for name in sorted(set(got) | set(expected) | {"decode.json"}):
         if name == "decode.json":
             diffs += first_difference(f"logged model file {name}", (RUN, PIPELINE),
-                                      got.get(name, b""), decode_json(want["decode"]).encode())
+                                      got.get(name, b""), decode_json(want).encode())
         elif name not in got or name not in expected:
             diffs.append(f"logged model file {name}: only in "
                          f"{RUN if name in got else 'the result'}")
@@ -83,4 +83,9 @@ def model_diffs(client: Any, run: Any, record: RunRecord) -> list[str]:
             diffs += [f"registered model {want['name']} version {versions[0].version} tag {k}: "
                       f"has {versions[0].tags.get(k)!r}, {RUN} has {tags.get(k)!r}"
                       for k in sorted(want["tags"]) if versions[0].tags.get(k) != tags.get(k)]
+            # the system it names is the one the packed files make (issue 51)
+            if versions[0].tags.get("system") != want.get("system"):
+                diffs.append(f"registered model {want['name']} version {versions[0].version} "
+                             f"tag system: has {versions[0].tags.get('system')!r}, the result "
+                             f"serves {want.get('system')!r}")
     return diffs

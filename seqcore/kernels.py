@@ -16,10 +16,10 @@ one by the CPU they find:
   prints nothing), and the thread count is already in the training contract.
 
 ``portable`` pins both; ``native`` leaves the choice to the CPU (faster where MKL's own
-kernel is; a result then reproduces on the CPU kind that made it only). One op stays
-hardware-dependent under both: VML's ``sqrt`` (Adam's) is not correctly rounded, so a
-portable result is promised on its CPU kind for now (docs/reproducibility.md, "the open
-hole"). Both variables are
+kernel is; a result then reproduces on the CPU kind that made it only). One op no pin
+fixes, VML's ``sqrt`` (not correctly rounded, and by the CPU under every branch), is kept
+out of the portable training step: Adam's square root is taken correctly rounded there
+(``seqcore.training.optim.PortableAdam``; docs/reproducibility.md). Both variables are
 read once, at the first kernel call, so a stage sets them by starting itself again before
 torch computes anything (:func:`relaunch_env`), then proves they took effect
 (:func:`check_portable`).

@@ -182,6 +182,21 @@ def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
     client.log_text(rid, "forged\n", "reports/report.md")
 
 
+def undeclared_forged_headline(repo: Path, mp: pytest.MonkeyPatch) -> None:
+    """issue 51: dvc.yaml stops declaring reports/headline.json (the README's figures), then
+    the file is forged: the audit still compares what the redone evaluate writes."""
+    path = repo / "dvc.yaml"
+    text = path.read_text()
+    declared = "      - ${paths.headline}:\n          cache: false\n"
+    assert declared in text
+    path.write_text(text.replace(declared, "", 1))
+    rerun_evaluate(repo, mp)  # a run and a lock without it
+    headline = repo / "reports/headline.json"
+    figures = json.loads(headline.read_text())
+    figures["wer"] /= 2
+    headline.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+
+
 FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
     "a prediction past the first batch": (prediction_past_the_first_batch, {"decode redone"},
                                           "predictions/test.jsonl: line 20: field hypothesis"),
@@ -204,6 +219,8 @@ FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
                             "reports/train_log.csv: line 4, column loss"),
     "an edited MLflow tag, step metric and artifact": (
         edited_mlflow_run, {"mlflow run"}, "tag seqcore.version: mlflow run has '9.9.9'"),
+    "an undeclared, forged headline": (undeclared_forged_headline, {"evaluate redone"},
+                                       "reports/headline.json: field wer"),
 }
 
 

@@ -30,7 +30,7 @@ def repo(result: Path, tmp_path: Path) -> Path:
     """A throwaway copy of the result's files that predict reads (a case may break them)."""
     dest = tmp_path / "repo"
     dest.mkdir()
-    for name in ("params.yaml", "models", "tokenizer"):
+    for name in ("params.yaml", "models", "tokenizer", "baseline"):
         src = result / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, dest / name)
     return dest
@@ -64,6 +64,11 @@ BROKEN = {
         "does not match tokenizer/contract.json sha256"),
     "missing tokenizer model": (lambda r: next((r / "tokenizer").glob("*.model")).unlink(),
                                 "missing (named by tokenizer/contract.json)"),
+    # the default rescores the baseline's n-best: its WFST is part of the system (issue 51)
+    "missing baseline WFST": (lambda r: (r / "baseline/model.fst").unlink(),
+                              "baseline/model.fst: missing"),
+    "another baseline WFST": (lambda r: (r / "baseline/model.fst").write_bytes(b"other"),
+                              "is not the baseline the result was decoded with"),
 }
 
 

@@ -4,6 +4,7 @@ answers exactly as ``python -m pipeline.predict``; the audit compares it with th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -20,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from benchmarks.load import bodies, request, run_setting
 from seqcore.artifacts.predictions import Predictions
 from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
 
@@ -53,10 +55,11 @@ def latest_version(uri: str) -> str:
     return max((v.version for v in client.search_model_versions(f"name = '{NAME}'")), key=int)
 
 
-def predict_lines(repo: Path, words: list[str]) -> list[tuple[str, str, str]]:
+def predict_lines(repo: Path, words: list[str], params: str = "params.yaml"
+                  ) -> list[tuple[str, str, str]]:
     """(source, output, problem) per word, from `python -m pipeline.predict` in ``repo``."""
-    res = subprocess.run([stage_python(), "-m", "pipeline.predict", *words], cwd=repo,
-                         env=tool_env(), capture_output=True, text=True)
+    res = subprocess.run([stage_python(), "-m", "pipeline.predict", "--params", params, *words],
+                         cwd=repo, env=tool_env(), capture_output=True, text=True)
     answers = dict(line.split("\t", 1) for line in res.stdout.splitlines())
     problems = {int(line.split()[2]): line.split(": ", 1)[1]
                 for line in res.stderr.splitlines() if line.startswith("[predict] line ")}
@@ -80,6 +83,51 @@ def test_the_registered_model_answers_as_predict_does(sampled: tuple[Path, str, 
     assert all(got["score"][i] < 0 for i, r in enumerate(rows) if not r[2])
 
 
+@pytest.fixture(scope="module")
+def scored(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Path, str, Predictions]:
+    """The tiny default result (decode.rescore: baseline), its tracking URI and its scored
+    predictions."""
+    repo = copy_result(audit_result[0], tmp_path_factory.mktemp("scored") / "result")
+    return (repo, f"sqlite:///{repo / 'mlflow.db'}",
+            Predictions.load(repo / "predictions/test.jsonl"))
+
+
+@pytest.mark.slow
+def test_the_registered_model_serves_the_scored_system_row_for_row(
+        scored: tuple[Path, str, Predictions], monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 51: the decode stage rescored the baseline's n-best; the registered model must
+    # answer each test word with the scored hypothesis, not the model's own output
+    repo, uri, preds = scored
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    version = latest_version(uri)
+    model = mlflow.pyfunc.load_model(f"models:/{NAME}/{version}")
+    got = model.predict(pd.DataFrame({"source": [r.source for r in preds.rows]}))
+    assert list(got["problem"]) == [""] * len(preds.rows)
+    assert list(got["prediction"]) == [r.hypothesis for r in preds.rows]
+    assert list(got["score"]) == [r.score for r in preds.rows]
+    # the test can fail: the model alone (decode.rescore: none) answers some rows otherwise
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params.setdefault("decode", {})["rescore"] = "none"
+    (repo / "alone.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    alone = predict_lines(repo, [r.source for r in preds.rows], "alone.yaml")
+    assert sum(a[1] != r.hypothesis for a, r in zip(alone, preds.rows, strict=True)) > 0
+    info = mlflow.MlflowClient(uri).get_model_version(NAME, version)
+    assert info.tags["system"] == ("Transformer (1+1, d=32), greedy, rescoring Phonetisaurus "
+                                   "order-8 10-best, weight 0.6")
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert info.tags["test.word_error_rate"] == f"{metrics['word_error_rate']:.6g}"
+    assert info.description.startswith(info.tags["system"] + ". Test: WER "
+                                       f"{100 * metrics['word_error_rate']:.2f} %")
+
+
+@pytest.mark.slow
+def test_predict_answers_as_the_scored_system(scored: tuple[Path, str, Predictions]) -> None:
+    repo, _, preds = scored
+    words = [r.source for r in preds.rows]
+    assert predict_lines(repo, words) == [(r.source, r.hypothesis, "") for r in preds.rows]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,13 +143,11 @@ def post(url: str, body: bytes) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-@pytest.fixture(scope="module")
-def served(sampled: tuple[Path, str, list[str]], tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[str]:
+@contextlib.contextmanager
+def serving(repo: Path, uri: str, log_path: Path) -> Iterator[str]:
     """`mlflow models serve` of the latest version on a free 127.0.0.1 port; its URL."""
-    repo, uri, _ = sampled
     port = free_port()
-    log = open(tmp_path_factory.mktemp("serve") / "serve.log", "w+b")  # noqa: SIM115
+    log = open(log_path, "w+b")  # noqa: SIM115
     env = tool_env() | {"MLFLOW_TRACKING_URI": uri}
     server = subprocess.Popen(
         [shutil.which("mlflow", path=env["PATH"]) or "mlflow", "models", "serve", "-m",
@@ -126,15 +172,42 @@ def served(sampled: tuple[Path, str, list[str]], tmp_path_factory: pytest.TempPa
         log.close()
 
 
+@pytest.fixture(scope="module")
+def served(sampled: tuple[Path, str, list[str]], tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[str]:
+    """The sampled result's latest version, served; its URL."""
+    with serving(*sampled[:2], tmp_path_factory.mktemp("serve") / "serve.log") as url:
+        yield url
+
+
+def invoke(url: str, words: list[str]) -> tuple[int, str]:
+    body = json.dumps({"dataframe_split": {"columns": ["source"],
+                                           "data": [[w] for w in words]}}).encode()
+    return post(f"{url}/invocations", body)
+
+
+@pytest.mark.slow
+def test_the_served_endpoint_answers_as_the_scored_system(
+        scored: tuple[Path, str, Predictions], tmp_path: Path) -> None:
+    repo, uri, preds = scored
+    few = preds.rows[:8]
+    with serving(repo, uri, tmp_path / "serve.log") as url:
+        status, text = invoke(url, [r.source for r in few] + ["", "a" * 500])
+    assert status == 200, text
+    got = json.loads(text)["predictions"]
+    assert [g.get("prediction") for g in got[:8]] == [r.hypothesis for r in few]
+    # broken inputs in the same request: a problem each, the others still answered
+    assert [g["problem"] for g in got[8:]][0] == "empty input"
+    assert "> sequence.max_src_len" in got[9]["problem"]
+
+
 @pytest.mark.slow
 def test_a_served_model_answers_over_http_as_the_loaded_one(
         sampled: tuple[Path, str, list[str]], served: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     repo, uri, words = sampled
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    body = json.dumps({"dataframe_split": {"columns": ["source"],
-                                           "data": [[w] for w in words]}}).encode()
-    status, text = post(f"{served}/invocations", body)
+    status, text = invoke(served, words)
     assert status == 200, text
     loaded = mlflow.pyfunc.load_model(f"models:/{NAME}/{latest_version(uri)}")
     want = loaded.predict(pd.DataFrame({"source": words}))
@@ -145,6 +218,20 @@ def test_a_served_model_answers_over_http_as_the_loaded_one(
     assert [(r["source"], text(r.get("prediction")), r["problem"]) for r in got] == [
         (s, text(p), q) for s, p, q in zip(want["source"], want["prediction"], want["problem"],
                                            strict=True)]
+
+
+@pytest.mark.slow
+def test_concurrent_requests_with_broken_inputs_are_each_answered_as_alone(
+        sampled: tuple[Path, str, list[str]], served: str) -> None:
+    # issue 54: a bounded load test (benchmarks/load.py, small): 8 clients, 24 requests of 8
+    # inputs each, every 8th input broken; no request is lost and no broken input changes a
+    # valid neighbour's answer (each response equals the same body sent alone)
+    valid = [w for w in sampled[2] if w not in BAD]
+    reqs = bodies(valid, 8, 3)
+    alone = {i: request(served, body)[1] for i, body in enumerate(reqs)}
+    out = run_setting(served, [reqs[i % 3] for i in range(24)], alone, 8)
+    assert out.failures == [] and len(out.latencies) == 24
+    assert out.words == 24 * 8
 
 
 @pytest.mark.slow

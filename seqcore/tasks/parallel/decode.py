@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -10,7 +11,7 @@ from seqcore.artifacts.model_file import ModelFile
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
-from seqcore.config import Config
+from seqcore.config import Config, DecodeConfig
 from seqcore.data.examples import Example, read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
@@ -35,31 +36,48 @@ def baseline_rows(cfg: Config) -> tuple[dict[str, PredictionRow] | None, str | N
     return {r.id: r for r in Predictions.load(path).rows}, None
 
 
-def rescored(cfg: Config, model: EncoderDecoder, examples: list[Example],
-             rows: list[PredictionRow], toks: Tokenizers,
-             io: StageIO) -> tuple[list[PredictionRow], str | None]:
-    """``rows`` rescored with the baseline's n-best under ``decode.rescore: baseline`` (as
-    they are otherwise), and the note the header keeps when the setting was ignored.
+def checked_baseline(cfg: Config, examples: list[Example],
+                     io: StageIO) -> tuple[dict[str, PredictionRow] | None, str | None]:
+    """The baseline's rows to rescore ``examples`` with under ``decode.rescore: baseline`` (None
+    otherwise), and the note the header keeps when the setting was ignored.
 
     Raises:
         TaskError: the baseline's rows do not cover the decoded ones (a stale baseline).
     """
     if cfg.decode.rescore != "baseline":
-        return rows, None
+        return None, None
     base, note = baseline_rows(cfg)
     if base is None:
         io.note(note or "")
-        return rows, note
-    missing = [r.id for r in rows if r.id not in base]
+        return None, note
+    missing = [e.id for e in examples if e.id not in base]
     if missing:
         raise TaskError(f"{cfg.paths.baseline}/{cfg.decode.split}.jsonl lacks {len(missing)} "
                         f"decoded row(s) (first {missing[0]!r}); re-run the baseline stage")
+    return base, None
+
+
+def system_rows(model: EncoderDecoder, examples: list[Example], toks: Tokenizers,
+                decode: DecodeConfig, base: dict[str, PredictionRow] | None,
+                chunks: Callable[[list[Example]], Iterable[Sequence[Example]]] | None = None,
+                ) -> list[PredictionRow]:
+    """What the decoding system answers for ``examples``: the model's outputs, rescored with
+    the baseline's n-best ``base`` (rows by example id) when given. The one path of the
+    decode stage and of serving (``seqcore.predictor``): the same examples in the same order
+    give the same rows, byte for byte.
+
+    Args:
+        chunks: cuts ``examples`` into whole batches for progress (the batches, and so the
+            rows, are those of one pass over all of them).
+    """
+    decoder, bs = make_decoder(decode, toks.ids), decode.batch_size
     with torch.inference_mode():
-        rows = rescore(model, examples, rows, base, toks.tgt, toks.ids,
-                       cfg.decode.rescore_weight, cfg.decode.batch_size)
-    io.note(f"{len(rows)} rows rescored with the baseline's n-best (decode.rescore_weight "
-            f"{cfg.decode.rescore_weight:g})")
-    return rows, None
+        rows = [row for chunk in (chunks(examples) if chunks else [examples])
+                for row in decode_examples(model, list(chunk), decoder, toks.ids, toks.tgt, bs)]
+        if base is not None:
+            rows = rescore(model, examples, rows, base, toks.tgt, toks.ids,
+                           decode.rescore_weight, bs)
+    return rows
 
 
 def decode(cfg: Config, io: StageIO) -> None:
@@ -73,7 +91,7 @@ def decode(cfg: Config, io: StageIO) -> None:
     tc = TokenizerContract.load(cfg.paths.tokenizer_contract)
     sig = io.contract(meta.signature, cfg.paths.model, tc)
     toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256(), tc)
-    ids, tgt_tok = toks.ids, toks.tgt
+    tgt_tok = toks.tgt
     if any(t >= tgt_tok.vocab_size for t in cfg.decode.banned_tokens):
         raise TaskError(f"decode.banned_tokens = {list(cfg.decode.banned_tokens)}: ids must be < "
                         f"the target vocabulary size ({tgt_tok.vocab_size}, "
@@ -90,11 +108,12 @@ def decode(cfg: Config, io: StageIO) -> None:
     set_determinism(cfg.decode.seed, meta.threads, device)
     model.to(device)  # the model file loads on the CPU whatever device trained it
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
-    decoder, bs = make_decoder(cfg.decode, ids), cfg.decode.batch_size
-    with torch.inference_mode():
-        rows = [row for chunk in io.chunks(examples, bs, "decode")
-                for row in decode_examples(model, list(chunk), decoder, ids, tgt_tok, bs)]
-    rows, note = rescored(cfg, model, examples, rows, toks, io)
+    base, note = checked_baseline(cfg, examples, io)
+    rows = system_rows(model, examples, toks, cfg.decode, base,
+                       lambda items: io.chunks(items, cfg.decode.batch_size, "decode"))
+    if base is not None:
+        io.note(f"{len(rows)} rows rescored with the baseline's n-best (decode.rescore_weight "
+                f"{cfg.decode.rescore_weight:g})")
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     Predictions(rows).save(out)
     PredictionsHeader(
