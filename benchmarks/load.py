@@ -69,14 +69,18 @@ def tree_rss_mb(pid: int) -> float:
 
 
 @contextlib.contextmanager
-def served(model_uri: str, tracking_uri: str, cwd: Path) -> Iterator[tuple[str, int]]:
-    """`mlflow models serve` on a free loopback port: (its URL, its pid)."""
+def served(model_uri: str, tracking_uri: str, cwd: Path, log: Path | None = None,
+           env: dict[str, str] | None = None) -> Iterator[tuple[str, int]]:
+    """`mlflow models serve` on a free loopback port: (its URL, its pid); its output goes to
+    ``log`` (default: nowhere), and a server that does not answer within 180 s is an error
+    that quotes it. ``env``: the server's environment (default this process's)."""
     port = free_port()
+    env = {**(env or os.environ), "MLFLOW_TRACKING_URI": tracking_uri}
+    out = open(log, "w+b") if log else subprocess.DEVNULL  # noqa: SIM115
     server = subprocess.Popen(
-        [shutil.which("mlflow") or "mlflow", "models", "serve", "-m", model_uri,
-         "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], cwd=cwd,
-        env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [shutil.which("mlflow", path=env.get("PATH")) or "mlflow", "models", "serve", "-m",
+         model_uri, "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], cwd=cwd,
+        env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -86,12 +90,15 @@ def served(model_uri: str, tracking_uri: str, cwd: Path) -> Iterator[tuple[str, 
                     break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("mlflow models serve did not start") from None
+                    said = log.read_text(errors="replace")[-3000:] if log else ""
+                    raise RuntimeError(f"mlflow models serve did not start\n{said}") from None
                 time.sleep(0.2)
         yield url, server.pid
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if log:
+            out.close()
 
 
 def request(url: str, words: list[str]) -> tuple[int, list[dict]]:

@@ -18,14 +18,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import shutil
-import socket
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from benchmarks.load import served
 from seqcore.artifacts.predictions import Predictions
 from seqcore.config import load_config
 from seqcore.predictor import Predictor, result_rescoring
@@ -52,12 +49,6 @@ def rates(answer: object, words: list[str], single: int) -> tuple[float, float, 
     return one, len(words) / (time.perf_counter() - start), outputs
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http_answer(url: str):  # noqa: ANN201
     def answer(words: list[str]) -> list[str]:
         body = json.dumps({"dataframe_split": {"columns": ["source"],
@@ -72,28 +63,11 @@ def http_answer(url: str):  # noqa: ANN201
 def http_rows(model_uri: str, tracking_uri: str, words: list[str], single: int
               ) -> tuple[float, float, float]:
     """(start seconds, words/s single, words/s batch) of `mlflow models serve`."""
-    port = free_port()
-    env_cmd = [shutil.which("mlflow") or "mlflow", "models", "serve", "-m", model_uri,
-               "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
     start = time.perf_counter()
-    server = subprocess.Popen(env_cmd, env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/ping", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None:
-                    raise SystemExit("mlflow models serve did not start") from None
-                time.sleep(0.2)
+    with served(model_uri, tracking_uri, Path.cwd()) as (url, _):
         up = time.perf_counter() - start
         one, batch, _ = rates(http_answer(url), words, single)
-        return up, one, batch
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    return up, one, batch
 
 
 def main() -> None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ import pytest
 import yaml
 
 from benchmarks.load import bodies, request, run_setting
+from benchmarks.load import served as served_model
 from seqcore.artifacts.predictions import Predictions
 from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
 
@@ -128,12 +127,6 @@ def test_predict_answers_as_the_scored_system(scored: tuple[Path, str, Predictio
     assert predict_lines(repo, words) == [(r.source, r.hypothesis, "") for r in preds.rows]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def post(url: str, body: bytes) -> tuple[int, str]:
     request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
     try:
@@ -145,31 +138,10 @@ def post(url: str, body: bytes) -> tuple[int, str]:
 
 @contextlib.contextmanager
 def serving(repo: Path, uri: str, log_path: Path) -> Iterator[str]:
-    """`mlflow models serve` of the latest version on a free 127.0.0.1 port; its URL."""
-    port = free_port()
-    log = open(log_path, "w+b")  # noqa: SIM115
-    env = tool_env() | {"MLFLOW_TRACKING_URI": uri}
-    server = subprocess.Popen(
-        [shutil.which("mlflow", path=env["PATH"]) or "mlflow", "models", "serve", "-m",
-         f"models:/{NAME}/{latest_version(uri)}", "--env-manager", "local", "-h", "127.0.0.1",
-         "-p", str(port)], cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/ping", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    pytest.fail(f"mlflow models serve did not start:\n{log.read().decode()}")
-                time.sleep(0.5)
+    """`mlflow models serve` of the latest version (benchmarks/load.py); its URL."""
+    with served_model(f"models:/{NAME}/{latest_version(uri)}", uri, repo, log_path,
+                      tool_env()) as (url, _):
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
 
 
 @pytest.fixture(scope="module")
