@@ -10,6 +10,7 @@ skipped with one sentence saying why.
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter
 import tempfile
 from pathlib import Path
@@ -66,17 +67,23 @@ def baseline(cfg: Config, io: StageIO) -> None:
         return
     io.note(f"training Phonetisaurus on {len(train):,} train rows (EM alignment, then an "
             f"order-{cfg.baseline.order} joint n-gram; about 2 CPU-minutes for CMUdict)")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="seqcore-baseline-") as tmp:
         lexicon = [phonetisaurus.LexiconRow(e.id, e.source, e.target) for e in train]
         trained = phonetisaurus.train(lexicon, Path(tmp), cfg.baseline)
         check_rejected(cfg, trained, train, train_file, io)
         out.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(trained.fst, out / "model.fst")
+    io.note(f"trained in {time.monotonic() - started:.0f} s; converting each split")
     sig = phonetisaurus.signature(cfg.baseline, trained.lexicon_sha256)
     fst_sha = sha256_file(out / "model.fst")
     for split in SPLITS:
-        rows = predict(out / "model.fst", read_examples(encoded / f"{split}.jsonl"),
-                       cfg.baseline.nbest)
+        examples = read_examples(encoded / f"{split}.jsonl")
+        started = time.monotonic()
+        io.note(f"{split}: the {cfg.baseline.nbest}-best of {len(examples):,} rows "
+                f"({phonetisaurus.workers()} phonetisaurus-g2pfst processes)")
+        rows = predict(out / "model.fst", examples, cfg.baseline.nbest)
+        io.note(f"{split}: done in {time.monotonic() - started:.0f} s")
         Predictions(rows).save(out / f"{split}.jsonl")
         settings = BaselineSettings.of(cfg.baseline, "phonetisaurus", phonetisaurus.BEAM)
         PredictionsHeader(settings, fst_sha, len(rows), sig).save(out / f"{split}.jsonl")

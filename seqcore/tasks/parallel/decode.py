@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def checked_baseline(cfg: Config, examples: list[Example],
 def system_rows(model: EncoderDecoder, examples: list[Example], toks: Tokenizers,
                 decode: DecodeConfig, base: dict[str, PredictionRow] | None,
                 chunks: Callable[[list[Example]], Iterable[Sequence[Example]]] | None = None,
-                ) -> list[PredictionRow]:
+                note: Callable[[str], None] | None = None) -> list[PredictionRow]:
     """What the decoding system answers for ``examples``: the model's outputs, rescored with
     the baseline's n-best ``base`` (rows by example id) when given. The one path of the
     decode stage and of serving (``seqcore.predictor``): the same examples in the same order
@@ -69,14 +70,22 @@ def system_rows(model: EncoderDecoder, examples: list[Example], toks: Tokenizers
     Args:
         chunks: cuts ``examples`` into whole batches for progress (the batches, and so the
             rows, are those of one pass over all of them).
+        note: told when the rescoring starts and ends (progress lines; issue 55).
     """
     decoder, bs = make_decoder(decode, toks.ids), decode.batch_size
     with torch.inference_mode():
         rows = [row for chunk in (chunks(examples) if chunks else [examples])
                 for row in decode_examples(model, list(chunk), decoder, toks.ids, toks.tgt, bs)]
         if base is not None:
+            started = time.monotonic()
+            if note:
+                note(f"rescoring {len(rows):,} rows: each with the baseline's n-best and its own "
+                     "outputs, scored by the model")
             rows = rescore(model, examples, rows, base, toks.tgt, toks.ids,
                            decode.rescore_weight, bs)
+            if note:
+                note(f"{len(rows):,} rows rescored in {time.monotonic() - started:.0f} s "
+                     f"(decode.rescore_weight {decode.rescore_weight:g})")
     return rows
 
 
@@ -110,10 +119,7 @@ def decode(cfg: Config, io: StageIO) -> None:
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     base, note = checked_baseline(cfg, examples, io)
     rows = system_rows(model, examples, toks, cfg.decode, base,
-                       lambda items: io.chunks(items, cfg.decode.batch_size, "decode"))
-    if base is not None:
-        io.note(f"{len(rows)} rows rescored with the baseline's n-best (decode.rescore_weight "
-                f"{cfg.decode.rescore_weight:g})")
+                       lambda items: io.chunks(items, cfg.decode.batch_size, "decode"), io.note)
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     Predictions(rows).save(out)
     PredictionsHeader(
