@@ -25,16 +25,16 @@ from pathlib import Path
 from benchmarks.load import served
 from seqcore.artifacts.predictions import Predictions
 from seqcore.config import load_config
-from seqcore.predictor import Predictor, result_rescoring
+from seqcore.predictor import Predictor
 
 
 def timed_predictor(params: str, rescore: bool) -> tuple[Predictor, float]:
     """The result's predictor (``rescore``: as scored; else the model alone), load seconds."""
     cfg = load_config(params)
-    decode = cfg.decode if rescore else dataclasses.replace(cfg.decode, rescore="none")
+    if not rescore:
+        cfg = dataclasses.replace(cfg, decode=dataclasses.replace(cfg.decode, rescore="none"))
     start = time.perf_counter()
-    decode, rescoring = result_rescoring(decode, cfg.paths.baseline, cfg.baseline.nbest)
-    predictor = Predictor.load(cfg.paths.model, cfg.paths.tokenizer_contract, decode, rescoring)
+    predictor = Predictor.of_result(cfg)
     return predictor, time.perf_counter() - start
 
 

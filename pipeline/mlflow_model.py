@@ -21,6 +21,7 @@ is not a ``source`` column of strings fails the request with one line (HTTP 400 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,10 @@ class SeqcoreModel(PythonModel):
         base = settings.get("baseline")
         rescoring = None if base is None else Rescoring.load(
             folder / "model.fst", base["nbest"], base["sha256"])
+        if base is None and decode.rescore == "baseline":
+            # a version logged before issue 51 packed no WFST: it serves the model alone, as
+            # it always did (its registry page predates the system tag)
+            decode = replace(decode, rescore="none")
         self.predictor = Predictor.load(folder / "model.pt", folder / "contract.json", decode,
                                         rescoring)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from pipeline.stage import signature
 from seqcore.config import ConfigError, load_config
 from seqcore.errors import OneLineError
-from seqcore.predictor import Answer, Predictor, result_rescoring
+from seqcore.predictor import Answer, Predictor
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,9 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a missing, corrupt or refused model or tokenizer: one line, exit 1
         # the system the decode stage scored: under decode.rescore: baseline, the baseline's
         # WFST proposes and the model rescores (issue 51)
-        decode, rescoring = result_rescoring(cfg.decode, cfg.paths.baseline, cfg.baseline.nbest)
-        predictor = Predictor.load(cfg.paths.model, cfg.paths.tokenizer_contract, decode,
-                                   rescoring)
+        predictor = Predictor.of_result(cfg)
         signature(cfg, "predict", predictor.saved.meta.signature, cfg.paths.model,
                   contract=predictor.toks.contract, quiet=not args.verbose)
     except OneLineError as err:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.model_file import ModelFile
-from seqcore.config import DecodeConfig
+from seqcore.config import Config, DecodeConfig
 from seqcore.data.examples import Example
 from seqcore.data.inputs import SourceInput, check_source
 from seqcore.determinism import set_determinism
@@ -135,6 +135,18 @@ class Predictor:
         saved = ModelFile.load(model_path)
         toks = load_tokenizers(Path(contract_path), saved.meta.tokenizer_sha256())
         return cls(saved, toks, decode, rescoring)
+
+    @classmethod
+    def of_result(cls, cfg: Config) -> Predictor:
+        """The system the decode stage scored for ``cfg``'s result (its model, tokenizers,
+        decode settings and, under ``decode.rescore: baseline``, the baseline's WFST):
+        what ``pipeline.predict`` answers with.
+
+        Raises:
+            as :meth:`load` and :func:`result_rescoring`.
+        """
+        decode, rescoring = result_rescoring(cfg.decode, cfg.paths.baseline, cfg.baseline.nbest)
+        return cls.load(cfg.paths.model, cfg.paths.tokenizer_contract, decode, rescoring)
 
     def answer(self, lines: Sequence[str | bytes]) -> list[Answer]:
         """An answer or a problem for each input, in order (``bytes``: a line that is not

@@ -267,3 +267,29 @@ def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again
     (version,) = client.search_model_versions(f"run_id = '{report.run_id}'")
     assert version.tags["audit.status"] == "PASSED" and version.tags["audit.commit"] == head
     assert version.tags["audit.partial"] == "PASSED [only: evaluate redone, mlflow run]"
+
+
+@pytest.mark.slow
+def test_a_version_logged_before_the_wfst_was_packed_still_serves_the_model_alone(
+        scored: tuple[Path, str, Predictions], tmp_path: Path) -> None:
+    # a version from before issue 51 packed no WFST and no "baseline" in decode.json: it
+    # must load and answer as the model alone, as it always did (not fail to load)
+    repo, uri, preds = scored
+    client = mlflow.MlflowClient(uri)
+    (logged,) = client.search_logged_models(
+        [client.get_experiment_by_name(NAME).experiment_id], max_results=1,
+        order_by=[{"field_name": "creation_time", "ascending": False}])
+    old = tmp_path / "model"
+    shutil.copytree(Path(logged.artifact_location.removeprefix("file://")), old)
+    (old / "artifacts/result/model.fst").unlink()
+    settings = json.loads((old / "artifacts/result/decode.json").read_text())
+    del settings["baseline"]
+    (old / "artifacts/result/decode.json").write_text(json.dumps(settings))
+    words = [r.source for r in preds.rows[:8]]
+    got = mlflow.pyfunc.load_model(str(old)).predict(pd.DataFrame({"source": words}))
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params.setdefault("decode", {})["rescore"] = "none"
+    (repo / "alone.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    alone = predict_lines(repo, words, "alone.yaml")
+    assert [(s, p or "", q) for s, p, q in zip(got["source"], got["prediction"], got["problem"],
+                                               strict=True)] == alone
