@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.results import RUN_ID, NotFound, Result, check_same_data, find_result
-from seqcore.config import Config, ConfigError, load_config
+from pipeline.stage import load_params
+from seqcore.config import Config, ConfigError
 from seqcore.metrics.comparison import NotComparable, compare_rows
 from seqcore.nulls import null_undefined
 from seqcore.metrics.recompute import resampling
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        cfg = load_config(args.params)
+        cfg = load_params(args.params)
         ev = cfg.evaluate
         cfg = replace(cfg, evaluate=replace(
             ev, bootstrap_samples=ev.bootstrap_samples if args.samples is None else args.samples,

@@ -18,25 +18,24 @@ The source store is ``--from``, else ``mlflow.tracking_uri`` of ``params.yaml`` 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline import audit_rederive
-from pipeline.audit import expected_record
-from pipeline.audit_mlflow import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
+from pipeline.audit import rederive
+from pipeline.audit.core import expected_record
+from pipeline.audit.mlflow_run import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
 from pipeline.deadline import STORE_HTTP_ENV
 from pipeline.dvc_files import read_yaml12
-from pipeline.record import tracking_uri
+from pipeline.record import resolve_uri
 from pipeline.timing import TIME_PREFIX
 from pipeline.tracking import log_run
+from pipeline.stage import load_params
 from seqcore.artifacts.run_record import RunRecord
-from seqcore.config import Config, ConfigError, load_config
+from seqcore.config import Config, ConfigError
 from seqcore.credentials import redact_text, redact_uri
 
 #: Source-run tags the copy keeps as they are: where, when and by whom the run was made
@@ -47,27 +46,6 @@ ORIGIN_TAGS = ("git.", "env.", "dvc.exp.name", "dvc.lock.sha256", "mlflow.user",
 
 class CopyError(RuntimeError):
     """Why a run cannot be copied (one line for the user)."""
-
-
-@contextlib.contextmanager
-def store(uri: str) -> Iterator[None]:
-    """Inside: ``uri`` is the store every tracking and audit function resolves."""
-    before = os.environ.get("MLFLOW_TRACKING_URI")
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = before
-
-
-def resolved(uri: str) -> str:
-    """``uri`` as a run would name it (a relative sqlite path made absolute), whatever
-    MLFLOW_TRACKING_URI says."""
-    with store(""):
-        return tracking_uri(uri)
 
 
 def source_artifacts(run_id: str, uri: str) -> dict[str, str]:
@@ -98,22 +76,21 @@ def rebuild(cfg: Config, run_id: str | None, source: str) -> tuple[Any, RunRecor
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
     if not lock:
         raise CopyError("no dvc.lock here: run this in the repository that holds the result")
-    with store(source):
-        try:
-            run = find_run(cfg, run_id)
-        except Exception as err:  # noqa: BLE001 (any store failure, in one line)
-            raise CopyError(redact_text(f"cannot read the run from {redact_uri(source)}: "
-                                        f"{type(err).__name__}: {err}", (source,))) from None
-        print(f"[copy_run] run {run.info.run_id} ({run.info.run_name}) in "
-              f"{redact_uri(source)}; redoing the evaluation to check it", file=sys.stderr)
-        done: dict[str, Any] = {}
-        diffs = audit_rederive.rederive_diffs(cfg, lock, "evaluate", done)
-        if diffs:
-            raise CopyError(f"the workspace's result is not consistent ({len(diffs)} "
-                            f"difference(s); first: {diffs[0]}): run `python -m "
-                            "pipeline.audit`")
-        record = expected_record(cfg, done, run)
-        diffs = mlflow_diffs(cfg, run, record, lock)
+    try:
+        run = find_run(source, cfg, run_id)
+    except Exception as err:  # noqa: BLE001 (any store failure, in one line)
+        raise CopyError(redact_text(f"cannot read the run from {redact_uri(source)}: "
+                                    f"{type(err).__name__}: {err}", (source,))) from None
+    print(f"[copy_run] run {run.info.run_id} ({run.info.run_name}) in "
+          f"{redact_uri(source)}; redoing the evaluation to check it", file=sys.stderr)
+    done: dict[str, Any] = {}
+    diffs = rederive.rederive_diffs(cfg, lock, "evaluate", done)
+    if diffs:
+        raise CopyError(f"the workspace's result is not consistent ({len(diffs)} "
+                        f"difference(s); first: {diffs[0]}): run `python -m "
+                        "pipeline.audit`")
+    record = expected_record(cfg, done, run)
+    diffs = mlflow_diffs(source, cfg, run, record, lock)
     if diffs:
         raise CopyError(f"run {run.info.run_id} is not the workspace's result ({len(diffs)} "
                         f"difference(s); first: {diffs[0]}); check out the run's commit "
@@ -129,8 +106,7 @@ def copy_run(cfg: Config, source: str, target: str, run_id: str | None = None) -
                         "set --to (or MLFLOW_TRACKING_URI) to the other store")
     run, record = rebuild(cfg, run_id, source)
     record = copied_record(record, run, source_artifacts(run.info.run_id, source))
-    with store(target):
-        return log_run(replace(record, uri=target))
+    return log_run(replace(record, uri=target))
 
 
 def main() -> None:
@@ -143,13 +119,13 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args()
     try:
-        cfg = load_config(args.params)
+        cfg = load_params(args.params)
     except ConfigError as err:
         parser.exit(2, f"{err}\n")
     target = args.to or os.environ.get("MLFLOW_TRACKING_URI")
     if not target:
         parser.exit(2, "copy_run: name the target store: --to URI or MLFLOW_TRACKING_URI\n")
-    source, target = resolved(args.source or cfg.mlflow.tracking_uri), resolved(target)
+    source, target = resolve_uri(args.source or cfg.mlflow.tracking_uri), resolve_uri(target)
     for name, value in STORE_HTTP_ENV.items():
         os.environ.setdefault(name, value)
     try:

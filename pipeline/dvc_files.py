@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from seqcore.config import Config
-from seqcore.signature import result_params
+from seqcore.hashing import digest
+from seqcore.signature import NO_RESULT_KEYS, result_params
 
 
 def read_yaml12(path: Path) -> Any:
@@ -50,3 +51,34 @@ def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]
                 name = entry if isinstance(entry, str) else next(iter(entry))
                 out.add(re.sub(r"\$\{([^}]+)\}", lambda m: str(values[m.group(1)]), name))
     return {name.rstrip("/") for name in out}
+
+
+def upstream_lock_digest(lock: dict[str, Any], last_stage: str = "evaluate") -> str:
+    """sha256 of dvc.lock's stages before ``last_stage``: what the evaluate stage saw.
+
+    DVC rewrites dvc.lock after each stage, so while evaluate runs the file holds the final
+    entries of every upstream stage but not yet evaluate's own. The evaluate stage logs it
+    with the MLflow run and the audit recomputes it. The values of guards and bookkeeping
+    keys (seqcore.signature.NO_RESULT_KEYS) are left out: raising a guard re-runs the stage
+    that checks it, with the same outputs, and leaves the result and its run as they were.
+    """
+    return digest({k: _result_entry(v) for k, v in lock.get("stages", {}).items()
+                   if k != last_stage})
+
+
+def _result_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A stage's lock entry with its params less NO_RESULT_KEYS."""
+    if not entry.get("params"):
+        return entry
+    return entry | {"params": {name: _without(values, NO_RESULT_KEYS)
+                               for name, values in entry["params"].items()}}
+
+
+def _without(values: dict[str, Any], keys: frozenset[str], prefix: str = "") -> dict[str, Any]:
+    """Params as a lock holds them (dotted keys, or sections nested) less the dotted ``keys``."""
+    out = {}
+    for key, value in values.items():
+        name = prefix + key
+        if name not in keys:
+            out[key] = _without(value, keys, name + ".") if isinstance(value, dict) else value
+    return out

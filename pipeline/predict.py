@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.stage import signature
-from seqcore.config import ConfigError, load_config
+from pipeline.stage import load_params, signature
+from seqcore.config import ConfigError
 from seqcore.errors import OneLineError
 from seqcore.predictor import Answer, Predictor
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also print the contract signature the model was trained under")
     args = parser.parse_args(argv)
     try:
-        cfg = load_config(args.params)
+        cfg = load_params(args.params)
     except ConfigError as err:
         print(f"[predict] {err}", file=sys.stderr)
         return 2

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.dvc_files import read_yaml12
-from pipeline.dvc_lock import upstream_lock_digest
+from pipeline.dvc_files import read_yaml12, upstream_lock_digest
 from pipeline.git_state import git_state
 from pipeline.lineage import dataset_inputs
 from pipeline.registry import model_entry
@@ -47,12 +46,15 @@ TRAIN_CURVES = (("loss/train", "loss"), ("loss/dev_nll", "dev_nll"), ("optim/lr"
 
 
 def tracking_uri(configured: str) -> str:
-    """MLFLOW_TRACKING_URI wins over params.yaml, so a team server needs no code change.
+    """MLFLOW_TRACKING_URI wins over params.yaml, so a team server needs no code change; the
+    store named either way as :func:`resolve_uri` makes it."""
+    return resolve_uri(os.environ.get("MLFLOW_TRACKING_URI") or configured)
 
-    A relative sqlite path is made absolute: the record then names the same store wherever
-    it is replayed from, and MLflow's per-URI store cache cannot mix up two repositories.
-    """
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or configured
+
+def resolve_uri(uri: str) -> str:
+    """``uri`` as a run names its store: a relative sqlite path made absolute, so the record
+    names the same store wherever it is replayed from, and MLflow's per-URI store cache cannot
+    mix up two repositories."""
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not Path(uri[len(prefix):]).is_absolute():
         # DVC_ROOT is the user's repository, also inside a `dvc exp run --temp` or queued

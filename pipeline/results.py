@@ -15,7 +15,7 @@ from seqcore.artifacts.predictions import (
     PredictionRow, Predictions, PredictionsHeader, header_path)
 from seqcore.config import Config
 from seqcore.metrics.comparison import NotComparable
-from seqcore.signature import parse_signature
+from seqcore.signature_format import parse_signature
 
 
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")

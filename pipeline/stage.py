@@ -11,7 +11,8 @@ from seqcore.config import Config, ConfigError, load_config
 from seqcore.config_rules import host_problem, workspace_problem
 from seqcore.errors import OneLineError
 from seqcore.kernels import KernelProfileError, check_portable, describe, relaunch_env
-from seqcore.signature import inherited_diff
+from seqcore.signature_format import inherited_diff
+from seqcore.tasks import task_checked
 
 if TYPE_CHECKING:
     from seqcore.artifacts.tokenizer_contract import TokenizerContract
@@ -31,10 +32,20 @@ def load(description: str) -> Config:
     args = parser.parse_args()
     sys.excepthook = _one_line_excepthook
     try:
-        return load_config(args.params)
+        return load_params(args.params)
     except ConfigError as err:
         print(err, file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_STATUS) from None
+
+
+def load_params(path: str) -> Config:
+    """The params of every stage and user command: the loader's types, ranges and rules
+    between keys, then the task's own rules (seqcore.tasks.task_checked).
+
+    Raises:
+        ConfigError: one line naming the file, the key, the value and what is allowed.
+    """
+    return task_checked(load_config(path), str(path))
 
 
 def cpu_kernels(profile: str, kind: str, key: str, stage: str, announce: bool = False) -> None:

@@ -10,46 +10,17 @@ from pipeline.stage import load, signature
 from pipeline.timing import record_stage
 from seqcore.artifacts.coverage import Coverage, SideVocab
 from seqcore.artifacts.manifests import (
-    EncodedManifest, PreparedManifest, RawSource, SplitCounts, manifest_path)
-from seqcore.artifacts.tokenizer_contract import TextNormalization, TokenizerContract
+    EncodedManifest, PreparedManifest, SplitCounts, manifest_path)
+from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
-from seqcore.contract import SpecialIds
 from seqcore.data.coverage import SplitCoverage, split_coverage
 from seqcore.data.examples import encode_pairs, write_examples
-from seqcore.data.records import Pair, count_rejects, read_pairs_jsonl, write_rejects
+from seqcore.data.records import count_rejects, read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
+from seqcore.data.tokenizers import train_tokenizers
 from seqcore.signature import tokenizer_signature
 from seqcore.tasks import get_task
-from seqcore.tokenizer import (
-    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, Tokenizer, check_special_ids,
-    choose_settings, load_tokenizers, round_trip, side_contract, train_sentencepiece,
-)
-
-
-def train_tokenizers(cfg: Config, train: list[Pair], raw: RawSource) -> TokenizerContract:
-    """Train both sides (resolving ``auto`` settings) and write tokenizer/contract.json."""
-    t = cfg.tokenizer
-    ids = SpecialIds(pad=t.pad_id, unk=t.unk_id, bos=t.bos_id, eos=t.eos_id)
-    where = [f"{raw.label}:{p.line}" for p in train]
-    texts = {"src": [p.source for p in train], "tgt": [p.target for p in train]}
-    out = Path(cfg.paths.tokenizer)
-    sides, checks = {}, {}
-    for side, model_type, vocab in (("src", t.src_model_type, t.src_vocab_size),
-                                    ("tgt", t.tgt_model_type, t.tgt_vocab_size)):
-        settings, chosen = choose_settings(texts[side], model_type, vocab, t.character_coverage)
-        if chosen:
-            print(f"[tokenizer] {side}: auto chose {chosen}", file=sys.stderr)
-        tok = Tokenizer(train_sentencepiece(texts[side], settings, ids, out / f"{side}.model"))
-        check_special_ids(tok, ids)
-        sides[side] = side_contract(tok, settings, f"{side}.model", chosen)
-        checks[side] = round_trip(tok, texts[side], where)
-    contract = TokenizerContract(
-        ids, (PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE),
-        TextNormalization(cfg.data.normalization, cfg.data.casefold, cfg.data.casefold_target),
-        raw.sha256, sides["src"], sides["tgt"], checks)
-    contract = contract.with_signature(tokenizer_signature(cfg, contract))
-    contract.save(cfg.paths.tokenizer_contract)
-    return contract
+from seqcore.tokenizer import load_tokenizers
 
 
 def run(cfg: Config) -> None:

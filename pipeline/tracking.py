@@ -24,8 +24,9 @@ from pipeline.deadline import REPLAY_SECONDS, STORE_HTTP_ENV, StoreDeadline, dea
 from pipeline.record import param_items, tracking_uri
 from pipeline.registry import log_model
 from pipeline.timing import PIPELINE_WALL
+from pipeline.stage import load_params
 from seqcore.artifacts.run_record import RunRecord
-from seqcore.config import ConfigError, load_config
+from seqcore.config import ConfigError
 from seqcore.credentials import redact_text, redact_uri
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow log_batch limits
@@ -190,7 +191,7 @@ def main() -> None:
                         help=f"seconds before giving up (default {REPLAY_SECONDS:g})")
     args = parser.parse_args()
     try:
-        cfg = load_config(args.params)
+        cfg = load_params(args.params)
     except ConfigError as err:
         print(err, file=sys.stderr)
         raise SystemExit(2) from None

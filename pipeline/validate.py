@@ -14,7 +14,7 @@ import sys
 
 from pipeline.stage import check_host, check_workspace, load
 from pipeline.timing import record_stage
-from seqcore.config_rules import ignored_settings
+from seqcore.tasks import ignored_settings
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Audit checks that need neither DVC nor MLflow: the report, dvc.lock records, contracts,
-values (DVC's own hashes are in pipeline/dvc_lock.py).
+values (DVC's own hashes are in pipeline/audit/lock.py).
 
 Each check returns a list of human-readable differences; an empty list means it passed.
-``pipeline/audit.py`` gathers the inputs (including ``dvc status`` and the MLflow run) and
+``pipeline/audit/core.py`` gathers the inputs (including ``dvc status`` and the MLflow run) and
 prints an :class:`AuditReport`.
 """
 

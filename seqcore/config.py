@@ -1,9 +1,9 @@
 """Typed configuration: one frozen dataclass per params.yaml section, one loader.
 
 Defaults live here and only here. The loader rejects unknown keys, checks types and choices,
-the range of every number (seqcore.config_ranges) and the rules between keys and of the task
+the range of every number (seqcore.config_ranges) and the rules between keys
 (seqcore.config_rules); every error is one line naming the key, the value and the valid
-choices or range.
+choices or range. The task's own rules are a floor up (seqcore.tasks.task_checked).
 """
 
 from __future__ import annotations
@@ -400,16 +400,19 @@ def _validated(raw: Any, source: str) -> Config:
         cfg = _build(Config, raw, where="")
     except ConfigError as err:
         raise ConfigError(f"{source}: {err}") from None
-    # the first rule broken: a range (seqcore.config_ranges), then a rule between keys or of
-    # the task (seqcore.config_rules); each is evaluated only when those before it hold
+    # the first rule broken: a range (seqcore.config_ranges), then a rule between keys
+    # (seqcore.config_rules); each is evaluated only when those before it hold. The task's
+    # own rules sit a floor up (seqcore.tasks.task_checked): the stages and user commands
+    # apply them after loading (issue 50: the loader imports no task)
     problem = next(range_problems(flatten(as_dict(cfg))), None) or next(problems(cfg), None)
     if problem is not None:
-        raise ConfigError(f"{source}: {problem.line or _problem_line(problem)}")
+        raise ConfigError(f"{source}: {problem_line(problem)}")
     return cfg
 
 
-def _problem_line(problem: Problem) -> str:
-    return f"{problem.key} = {_show(problem.value)}: {problem.allowed}"
+def problem_line(problem: Problem) -> str:
+    """The loader's line for a broken rule: ``key = value: allowed`` (or its whole line)."""
+    return problem.line or f"{problem.key} = {_show(problem.value)}: {problem.allowed}"
 
 
 def registered_model_name(cfg: Config) -> str | None:

@@ -81,12 +81,6 @@ def problems(cfg: Config) -> Iterator[Problem]:
     if tr.nproc > 1 and ":" in tr.device:
         yield Problem("train.device", tr.device, "pins one GPU; with train.nproc > 1 use cuda "
                       "or auto (rank r uses cuda:LOCAL_RANK)")
-    # The task's own rules (seqcore.tasks: no rule about a task lives outside it); imported
-    # here because seqcore.tasks imports seqcore.config, which imports this module.
-    from seqcore.tasks import get_task  # noqa: PLC0415
-
-    for key, value, allowed in get_task(cfg.task).config_problems(cfg):
-        yield Problem(key, value, allowed)
     if tr.amp == "fp16" and tr.device == "cpu":
         yield Problem("train.amp", tr.amp,
                       "needs CUDA (train.device cuda or auto); use bf16 on CPU")
@@ -153,15 +147,13 @@ def ignored_settings(cfg: Config) -> list[str]:
     """Warnings (one line each) for decode settings the chosen strategy never reads, when
     they differ from their defaults: validate and decode print them, nothing stops. The beam
     width, length penalty and alpha are not listed: the default params set them for beam
-    search, and switching to greedy must not warn."""
+    search, and switching to greedy must not warn. With the task's own settings:
+    seqcore.tasks.ignored_settings."""
     dec = cfg.decode
-    out = [f"decode.{key} = {getattr(dec, key)!r} is ignored: only decode.strategy {reader} "
+    return [f"decode.{key} = {getattr(dec, key)!r} is ignored: only decode.strategy {reader} "
            f"reads it (decode.strategy is {dec.strategy})"
            for key, (reader, default) in _STRATEGY_ONLY.items()
            if dec.strategy != reader and getattr(dec, key) != default]
-    from seqcore.tasks import get_task  # noqa: PLC0415 (seqcore.tasks imports seqcore.config)
-
-    return out + get_task(cfg.task).ignored_settings(cfg)
 
 
 def _raw_name(cfg: Config) -> Iterator[Problem]:

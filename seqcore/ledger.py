@@ -3,7 +3,7 @@ the chance that a forger escapes, and a bit-for-bit comparison of two training s
 
 The train stage keeps the whole training state before the first step, every
 ``train.ledger_every`` steps and at the last (seqcore.training.checkpoint); a *segment* runs
-from one state to the next. pipeline/audit_replay.py re-runs segments and compares the state
+from one state to the next. pipeline/audit/replay.py re-runs segments and compares the state
 each reaches with the ledger's here.
 
 The last segment is always replayed, the others are drawn by a seed (fresh for each audit,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from seqcore import __version__
 from seqcore.config import Config, DecodeConfig
+from seqcore.signature_format import format_signature, parse_signature
 
 if TYPE_CHECKING:  # the contract class imports torch (SpecialIds); signatures need none
     from seqcore.artifacts.tokenizer_contract import TokenizerContract
@@ -147,29 +148,8 @@ def result_signature(contract_sig: str, training_contract_hash: str, model_sha25
                                           decode, resampling))
 
 
-def format_signature(fields: dict[str, str]) -> str:
-    """``k1:v1|k2:v2|...`` in the given order."""
-    return "|".join(f"{k}:{v}" for k, v in fields.items())
 
 
-def parse_signature(sig: str) -> dict[str, str]:
-    """Inverse of :func:`format_signature`."""
-    return dict(kv.split(":", 1) for kv in sig.split("|") if kv)
-
-
-def signature_diff(expected: str, got: str) -> list[str]:
-    """Field-by-field differences between two signatures (empty when equal)."""
-    a, b = parse_signature(expected), parse_signature(got)
-    return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
-
-
-def inherited_diff(stored: str, base: str) -> list[str]:
-    """Where ``stored`` does not extend ``base``: each field of ``base`` (the signature of an
-    upstream file, e.g. the tokenizer's) that ``stored`` (a later one, e.g. the model's) lacks
-    or spells differently. Empty when ``stored`` carries ``base`` unchanged."""
-    a, b = parse_signature(stored), parse_signature(base)
-    return [f"{k}: {a.get(k)!r} != {v!r}" for k, v in b.items() if a.get(k) != v]
 
 
 #: Train-section keys that do not change what is learned (logging and bookkeeping only).

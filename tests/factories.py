@@ -28,7 +28,7 @@ from seqcore.data.examples import Example
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
-from seqcore.tasks.lm.model import RNNLM, RNNLMShape
+from seqcore.models.rnnlm import RNNLM, RNNLMShape
 from seqcore.training.checkpoint import FIELDS, SCHEMA_VERSION, Checkpoint, CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop

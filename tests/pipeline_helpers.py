@@ -177,15 +177,16 @@ def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, *, strict_env: bool =
     """The audit in-process in ``repo``, as `python -m pipeline.audit --replay REPLAY` runs
     it there. The training replay (a child process: 3-4 s on the tiny result) runs in the
     tests about it (``replay=3``, the command's default), not in those about other checks."""
-    from pipeline.audit import audit  # noqa: PLC0415 (heavy: only the tests that audit)
+    from pipeline.audit.core import audit  # noqa: PLC0415 (heavy: only the tests that audit)
+    from pipeline.audit.options import AuditOptions  # noqa: PLC0415
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
-    if replay:  # the replay's child (`sys.executable -P -m pipeline.audit_replay`) is served
+    if replay:  # the replay's child (`sys.executable -P -m pipeline.audit.replay`) is served
         monkeypatch.setattr(sys, "executable", stage_python())
     with contextlib.chdir(repo):
-        report = audit(use_mlflow=use_mlflow, strict_env=strict_env, rebuild=rebuild, only=only,
-                       replay=replay)
+        report = audit(AuditOptions(use_mlflow=use_mlflow, strict_env=strict_env,
+                                    rebuild=rebuild, only=only, replay=replay))
     print(report.render())
     return report
 

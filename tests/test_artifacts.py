@@ -38,7 +38,7 @@ from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import BaselineConfig, DecodeConfig, ModelConfig, TransformerConfig
 from seqcore.contract import SpecialIds
-from seqcore.tasks.lm.model import RNNLMShape
+from seqcore.models.rnnlm import RNNLMShape
 from tests.factories import REPO
 
 CONTRACT = TokenizerContract(

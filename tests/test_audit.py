@@ -15,11 +15,12 @@ import mlflow
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 
-from pipeline.audit import main as audit_main
-from pipeline.dvc_lock import dvc_md5
+from pipeline.audit.cli import main as audit_main
+from pipeline.audit.lock import dvc_md5
 from pipeline.dvc_files import pipeline_stages
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
-from seqcore.signature import NO_RESULT_KEYS, inherited_diff
+from seqcore.signature import NO_RESULT_KEYS
+from seqcore.signature_format import inherited_diff
 from seqcore.blobs import load_blob, save_blob
 from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, stage_python, tool_env
 
@@ -318,7 +319,8 @@ def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
 def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
         result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 30: with the result already local, `dvc repro` sends nothing to a team server.
-    from pipeline.audit import audit  # noqa: PLC0415
+    from pipeline.audit.core import audit  # noqa: PLC0415
+    from pipeline.audit.options import AuditOptions  # noqa: PLC0415
     from pipeline.copy_run import CopyError, copy_run  # noqa: PLC0415
     from seqcore.config import load_config  # noqa: PLC0415
 
@@ -345,7 +347,7 @@ def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", target)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
     with contextlib.chdir(repo):
-        report = audit(only=("evaluate redone", "mlflow run"))
+        report = audit(AuditOptions(only=("evaluate redone", "mlflow run")))
     assert report.ok, report.render()
 
     # A source run that is not the workspace's result is refused, and nothing is copied.

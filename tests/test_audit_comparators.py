@@ -22,9 +22,9 @@ import mlflow
 import pytest
 import torch
 
-from pipeline.audit_mlflow import mlflow_diffs, tag_diffs
-from pipeline.audit_rederive import training_diffs
-from pipeline.audit_verdict import code_line
+from pipeline.audit.mlflow_run import mlflow_diffs, tag_diffs
+from pipeline.audit.rederive import training_diffs
+from pipeline.audit.verdict import code_line
 from pipeline.dvc_files import read_yaml12
 from pipeline.tracking import dataset_entities
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
@@ -181,7 +181,7 @@ def test_a_missing_side_is_one_line_naming_it(tmp_path: Path) -> None:
         "predictions: missing in recomputed"]
 
 
-# --- the training record against its checkpoint (pipeline/audit_rederive.training_diffs) ----
+# --- the training record against its checkpoint (pipeline/audit/rederive.training_diffs) ----
 
 HISTORY = [StepLog(1, 0, 0.5, 2.5, 10, 1.0, 0, float("nan"), 0.0),
            StepLog(2, 0, 0.25, 1.25, 12, 0.5, 0, 1.75, 0.0)]
@@ -263,7 +263,7 @@ def test_a_train_metrics_counter_differing_from_the_checkpoint_is_one_line_namin
         "give 22"]
 
 
-# --- the MLflow run against the pipeline record (pipeline/audit_mlflow.mlflow_diffs) --------
+# --- the MLflow run against the pipeline record (pipeline/audit/mlflow_run.mlflow_diffs) --------
 
 RUN_ID = "r1"
 LOCK = "stages:\n  train:\n    outs:\n    - path: models/model.pt\n      md5: aa\n" \
@@ -336,7 +336,8 @@ def audit_run(logged: LoggedRun, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> 
     cfg = config_from_dict({"paths": {"mlflow_pending": str(tmp / "pending.json")},
                             "mlflow": {"tracking_uri": uri}})
     (tmp / "dvc.lock").write_text(LOCK)
-    diffs = mlflow_diffs(cfg, client.get_run(run_id), RECORD, read_yaml12(tmp / "dvc.lock"))
+    diffs = mlflow_diffs(uri, cfg, client.get_run(run_id), RECORD,
+                         read_yaml12(tmp / "dvc.lock"))
     return [d.replace(run_id, RUN_ID) for d in diffs]
 
 

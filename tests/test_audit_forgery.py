@@ -23,8 +23,8 @@ import yaml
 from dvc.repo import Repo
 
 from pipeline import evaluate
-from pipeline.audit_rebuild import rebuild_diffs
-from pipeline.dvc_lock import lock_hash_diffs
+from pipeline.audit.rebuild import rebuild_diffs
+from pipeline.audit.lock import lock_hash_diffs
 from pipeline.dvc_files import read_yaml12
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.audit_replay import capability_env
+from pipeline.audit.replay import capability_env
 from seqcore.ledger import Segment, choose, escape_probability, first_difference, ledger_segments
 from seqcore.blobs import save_blob
 from seqcore.training.checkpoint import ledger_files, step_of
@@ -160,7 +160,7 @@ def test_segments_run_between_consecutive_states_and_need_the_first(tmp_path: Pa
 ])
 def test_the_replay_takes_the_cpu_level_the_run_records_when_this_host_has_it(
         here: str, recorded: str | None, env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("pipeline.audit_replay.host_capability", lambda: here)
+    monkeypatch.setattr("pipeline.audit.replay.host_capability", lambda: here)
     assert capability_env(recorded) == env
 
 
@@ -179,7 +179,7 @@ def test_a_replay_difference_on_another_cpu_model_warns_unless_strict(
         status: str, kernels: str) -> None:
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from pipeline import audit_checks, audit_replay  # noqa: PLC0415
+    from pipeline.audit import checks, replay  # noqa: PLC0415
     from seqcore import environment  # noqa: PLC0415
     from seqcore.audit import AuditReport  # noqa: PLC0415
     from seqcore.config import config_from_dict  # noqa: PLC0415
@@ -193,11 +193,11 @@ def test_a_replay_difference_on_another_cpu_model_warns_unless_strict(
     monkeypatch.setattr(environment, "producing_environment",
                         lambda: SimpleNamespace(**{**here.as_dict(), "cpu": "Same CPU"}))
     # the replay itself is tests/test_resume_stage.py's; here only its verdict
-    monkeypatch.setattr(audit_replay, "run_replay",
+    monkeypatch.setattr(replay, "run_replay",
                         lambda *args: ["segment 2-4: differs at model.w"])
     tags = {"env.cpu": trained_on} if trained_on else {}
     report = AuditReport()
-    audit_checks.replay_check(report, cfg, "params.yaml", 1, 0,
+    checks.replay_check(report, cfg, "params.yaml", 1, 0,
                               SimpleNamespace(data=SimpleNamespace(tags=tags)), strict)
     assert report.status["training replay"] == status
     lines = report.checks["training replay"]

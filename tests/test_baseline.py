@@ -17,6 +17,7 @@ from seqcore.baselines import phonetisaurus as ps
 from seqcore.config import BaselineConfig, ConfigError, config_from_dict, load_config
 from seqcore.data.examples import Example
 from seqcore.tasks.parallel.baseline import skip_reason
+from seqcore.tasks import task_checked
 from tests.pipeline_helpers import run_stage
 
 #: A lexicon small enough to read: consonant-vowel-consonant words of two vowels.
@@ -150,8 +151,8 @@ def test_auto_trains_for_g2p_and_for_word_pairs_and_skips_sentences() -> None:
 
 def test_phonetisaurus_for_an_lm_is_refused_in_one_line() -> None:
     with pytest.raises(ConfigError) as err:
-        config_from_dict({"task": "lm", "model": {"family": "gru"},
-                          "baseline": {"kind": "phonetisaurus"}})
+        task_checked(config_from_dict({"task": "lm", "model": {"family": "gru"},
+                                       "baseline": {"kind": "phonetisaurus"}}), "params")
     assert "baseline.kind" in str(err.value) and "\n" not in str(err.value)
 
 

@@ -56,7 +56,7 @@ def test_stage_deps_are_exactly_the_import_closure_of_its_entry_module(stage: st
 #: Runs every stage in one process (torch is imported once). Before any stage module is
 #: imported, load_config is wrapped to index the loaded tree (object id -> dotted prefix) and
 #: each config dataclass gets a __getattribute__ that records reads of leaf fields of that
-#: tree. Config objects built elsewhere (e.g. the model file's own ModelConfig) are not
+#: tree (the task's params checks aside, as the loader's). Config objects built elsewhere (e.g. the model file's own ModelConfig) are not
 #: params.yaml and are not recorded. The wrapper lives only here: the stages run unchanged.
 RECORDER = r"""
 import dataclasses, json, runpy, sys
@@ -91,6 +91,18 @@ def load_config(path):
     return cfg
 
 C.load_config = load_config
+# The params checks stop a stage and make no output: the loader's run before the tree is
+# indexed, the task's own (seqcore.tasks.task_checked, issue 50) are not recorded either.
+import seqcore.tasks as T
+real_checked = T.task_checked
+
+def task_checked(cfg, source):
+    before = set(reads)
+    checked = real_checked(cfg, source)
+    reads.intersection_update(before)
+    return checked
+
+T.task_checked = task_checked
 out = {}
 for stage in sys.argv[1:]:
     reads.clear()

@@ -7,8 +7,10 @@ included), so a lazy import inside a function counts too.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tests.factories import REPO
@@ -41,7 +43,7 @@ def test_a_lower_package_imports_no_higher_one(package: str) -> None:
 #: stage: seqcore/tasks/__init__.py).
 #: The lm task's wing (issue 26) keeps the floors: its model is model code, its feed and setup
 #: training code, so the stages before them never load them either.
-LM_MODEL = ("seqcore/tasks/lm/model.py",)
+LM_MODEL = ("seqcore/models/rnnlm.py",)
 LM_TRAINING = ("seqcore/tasks/lm/feed.py", "seqcore/tasks/lm/setup.py")
 NOT_IN_CLOSURE = {
     "prepare": ("seqcore/training", "seqcore/models", "seqcore/decoding", "seqcore/metrics",
@@ -63,13 +65,13 @@ def test_a_stage_imports_no_code_of_the_later_stages(stage: str) -> None:
 
 # -- the lm task's wing (issue 26) -------------------------------------------------------------
 
-#: The one module outside the wing that imports it, and why: the model file records the RNN
-#: LM's shape as the wing's typed RNNLMShape (seqcore.tasks only registers the package by name).
-INTO_THE_LM_WING = {"seqcore/artifacts/model_file.py": {"seqcore.tasks.lm.model"}}
+#: Modules outside the wing that import it: none (seqcore.tasks registers the package by name;
+#: the RNN LM itself is model code, in seqcore/models/rnnlm.py: issue 50).
+INTO_THE_LM_WING: dict[str, set[str]] = {}
 
 
 def test_no_shared_code_imports_the_lm_tasks_code() -> None:
-    # the lm task's documents, streams, model, feed and setup live in seqcore/tasks/lm/: the
+    # the lm task's documents, streams, feed and setup live in seqcore/tasks/lm/: the
     # shared floors (data, models, training, decoding, metrics) know nothing of it
     wing = REPO / "seqcore" / "tasks" / "lm"
     imports = {str(path.relative_to(REPO)): {".".join(n.split(".")[:4])  # the module
@@ -82,10 +84,10 @@ def test_no_shared_code_imports_the_lm_tasks_code() -> None:
 
 
 def test_the_lm_wings_library_imports_no_stage_piece() -> None:
-    # documents, streams, model, feed and setup sit on the floors below the stage pieces
+    # documents, streams, feed and setup sit on the floors below the stage pieces
     pieces = {f"seqcore.tasks.lm.{stage}" for stage in
               ("prepare", "tokenizer", "baseline", "train", "decode", "evaluate", "audit")}
-    library = ("documents", "streams", "model", "feed", "setup")
+    library = ("documents", "streams", "feed", "setup")
     bad = sorted(f"{name}.py imports {n}" for name in library
                  for n in imported_names(REPO / "seqcore" / "tasks" / "lm" / f"{name}.py")
                  if ".".join(n.split(".")[:4]) in pieces)
@@ -97,3 +99,141 @@ def test_importing_the_prepare_stage_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- floors without circles (issue 50) ---------------------------------------------------------
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+#: Every module of the library and the stages, by dotted name.
+MODULES = {_module(p): p for root in ("seqcore", "pipeline")
+           for p in sorted((REPO / root).rglob("*.py"))}
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The repository modules ``path`` imports when it runs: function-level imports
+    included, annotation-only ones (``if TYPE_CHECKING:``) left out, since they never run."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for n in ast.walk(node)}
+    me, out = _module(path), set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package of this module
+                pkg = me.split(".")[: len(me.split(".")) - (path.name != "__init__.py")]
+                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([base] if base else []))
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:  # the longest prefix that is one of ours
+            parts = name.split(".")
+            found = next((".".join(parts[:i]) for i in range(len(parts), 0, -1)
+                          if ".".join(parts[:i]) in MODULES), None)
+            if found and found != me:
+                out.add(found)
+    return out
+
+
+GRAPH = {name: _runtime_imports(path) for name, path in MODULES.items()}
+
+
+def _circles() -> list[list[str]]:
+    """The strongly connected components of GRAPH with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    # issue 50 removed config -> config_rules -> tasks -> config and audit <-> audit_run
+    assert _circles() == []
+
+
+#: The library's floors, lowest first: a module imports its own floor and those below,
+#: never one above (a prefix covers a package). Same-floor circles are the test above's.
+FLOORS = (
+    # ground: no seqcore import but each other's (signature_format: the text of a signature)
+    ("seqcore", "seqcore.errors", "seqcore.nulls", "seqcore.hashing", "seqcore.jsonl",
+     "seqcore.text", "seqcore.blobs", "seqcore.credentials", "seqcore.contract",
+     "seqcore.determinism", "seqcore.kernels", "seqcore.environment", "seqcore.compare",
+     "seqcore.g2p", "seqcore.signature_format", "seqcore.config_ranges"),
+    ("seqcore.config", "seqcore.config_rules"),
+    ("seqcore.models",),  # every model family, the lm task's RNN LM among them
+    ("seqcore.artifacts", "seqcore.signature", "seqcore.tokenizer"),
+    ("seqcore.data", "seqcore.losses", "seqcore.sequences", "seqcore.baselines"),
+    ("seqcore.training", "seqcore.decoding", "seqcore.metrics", "seqcore.ledger",
+     "seqcore.audit"),
+    ("seqcore.tasks", "seqcore.predictor"),
+    ("pipeline",),
+)
+
+
+def _floor(module: str) -> int:
+    best = max(((len(prefix), i) for i, floor in enumerate(FLOORS) for prefix in floor
+                if module == prefix or module.startswith(prefix + ".")), default=None)
+    assert best is not None, f"{module} is on no floor of FLOORS: add it"
+    return best[1]
+
+
+def test_no_import_runs_back_up_a_floor() -> None:
+    # e.g. the model file once imported the lm task (its RNN LM now lives in seqcore.models)
+    # and the baseline the config-reading signature module (it needs only signature_format)
+    up = sorted(f"{a} imports {b}" for a, names in GRAPH.items() for b in names
+                if _floor(b) > _floor(a))
+    assert up == []
+
+
+def test_the_params_loader_imports_no_task() -> None:
+    # the task's own rules are applied by the stage entry and validate (seqcore.tasks.task_checked)
+    closure, todo = set(), ["seqcore.config"]
+    while todo:
+        name = todo.pop()
+        if name not in closure:
+            closure.add(name)
+            todo.extend(GRAPH[name])
+    assert not {m for m in closure if m.startswith("seqcore.tasks")}, sorted(closure)
+
+
+def test_no_code_swaps_the_tracking_uri_in_the_environment() -> None:
+    # issue 50: the MLflow store is an argument (pipeline.audit.options.AuditOptions, the
+    # copy's source and target); a swapped os.environ leaks into whatever runs meanwhile
+    import re  # noqa: PLC0415
+
+    swaps = [f"{path.relative_to(REPO)}:{i}" for path in MODULES.values()
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"environ\[\s*[\"']MLFLOW_TRACKING_URI[\"']\s*\]\s*=", line)]
+    assert swaps == []

@@ -20,11 +20,12 @@ from seqcore.tasks.lm.documents import (
 )
 from seqcore.tasks.lm.evaluate import interval_metrics, report_markdown, signed_result
 from seqcore.tasks.lm.feed import LMFeed, StreamNLL, lm_nll, segment_loss, stream_nll
-from seqcore.tasks.lm.model import RNNLM, reset_state
+from seqcore.models.rnnlm import RNNLM, reset_state
 from seqcore.tasks.lm.setup import lm_report, lm_setup
 from seqcore.tasks.lm.streams import Segment, StreamBatcher
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import TrainLoop
+from seqcore.tasks import task_checked
 from tests.factories import IDS, document_nll, tiny_lm
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
@@ -231,11 +232,12 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
 
 
 def test_lm_task_needs_a_recurrent_model_and_no_scheduled_sampling() -> None:
+    # the task's own rules: applied after loading (seqcore.tasks.task_checked, issue 50)
     with pytest.raises(ConfigError, match="gru or lstm"):
-        config_from_dict({"task": "lm"})
+        task_checked(config_from_dict({"task": "lm"}), "params")
     with pytest.raises(ConfigError, match="ss_schedule = 'linear': must be off"):
-        config_from_dict({"task": "lm", "model": {"family": "gru"},
-                          "train": {"ss_schedule": "linear"}})
+        task_checked(config_from_dict({"task": "lm", "model": {"family": "gru"},
+                                       "train": {"ss_schedule": "linear"}}), "params")
 
 
 def test_the_lm_report_shows_each_perplexity_with_its_interval_and_the_resampling() -> None:

@@ -20,7 +20,7 @@ from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.records import Reject
 from seqcore.tasks.lm.documents import CharVocab, Document, read_corpus, split_documents
 from seqcore.tasks.lm.feed import LMFeed, segment_loss, segment_rows
-from seqcore.tasks.lm.model import RNNLM, RNNLMShape
+from seqcore.models.rnnlm import RNNLM, RNNLMShape
 from seqcore.tasks.lm.streams import Segment, StreamBatcher
 from seqcore.training.distributed import World
 from tests.factories import IDS, tiny_lm

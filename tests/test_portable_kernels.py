@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.audit_checks import environment_diffs
-from pipeline.audit_replay import kernel_env
+from pipeline.audit.checks import environment_diffs
+from pipeline.audit.replay import kernel_env
 from pipeline.git_state import commit_copy, copy_checkout
 from pipeline.stage import check_host
 from seqcore.config import Config, DecodeConfig, TrainConfig

@@ -240,7 +240,7 @@ def test_the_audit_compares_the_logged_model_with_the_result(
 @pytest.mark.slow
 def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.audit_verdict import stamp_versions  # noqa: PLC0415
+    from pipeline.audit.verdict import stamp_versions  # noqa: PLC0415
 
     repo = copy_result(audit_result[0], tmp_path / "result")
     only = ("evaluate redone", "mlflow run")

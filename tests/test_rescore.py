@@ -10,12 +10,12 @@ import pytest
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.config import ConfigError, config_from_dict
-from seqcore.config_rules import ignored_settings
 from seqcore.data.examples import Example
 from seqcore.decoding.rescore import Candidate, candidates, model_log_probs, rescore
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tasks.parallel.decode import baseline_rows
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
+from seqcore.tasks import ignored_settings, task_checked
 from tests.factories import IDS, tiny_model
 
 PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
@@ -99,7 +99,8 @@ def test_rescoring_data_the_baseline_skipped_is_ignored_with_a_note(tmp_path) ->
 
 def test_rescoring_without_a_baseline_is_refused_and_ignored_for_an_lm() -> None:
     with pytest.raises(ConfigError, match="decode.rescore = 'baseline': needs the baseline's"):
-        config_from_dict({"baseline": {"kind": "none"}, "decode": {"rescore": "baseline"}})
+        task_checked(config_from_dict({"baseline": {"kind": "none"},
+                                       "decode": {"rescore": "baseline"}}), "params")
     lm = config_from_dict({"task": "lm", "model": {"family": "gru"},
                            "decode": {"rescore": "baseline"}})
     assert ignored_settings(lm) == ["decode.rescore = 'baseline' is ignored: task lm decodes "

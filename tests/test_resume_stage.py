@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.audit_replay import run_replay
+from pipeline.audit.replay import run_replay
 from pipeline.timing import StageTime, stage_file, training_clock
 from tests.factories import REPO
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env

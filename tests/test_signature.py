@@ -13,8 +13,8 @@ from pipeline.stage import signature
 from seqcore.config import Config, DecodeConfig, SequenceConfig, TrainConfig, load_config
 from seqcore.signature import (
     GUARD_KEYS, NO_RESULT_KEYS, contract_signature, data_signature, derived_params,
-    inherited_diff, parse_signature, result_params, result_signature,
-    signature_diff, tokenizer_signature, training_contract)
+    result_params, result_signature, tokenizer_signature, training_contract)
+from seqcore.signature_format import inherited_diff, parse_signature, signature_diff
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop

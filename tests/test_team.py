@@ -25,7 +25,7 @@ import mlflow
 import pytest
 import yaml
 
-from pipeline.audit_checks import read_run
+from pipeline.audit.checks import read_run
 from pipeline.tracking import log_run
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.credentials import has_credentials, redact_text, redact_uri
@@ -428,8 +428,8 @@ def test_the_audit_names_an_unreachable_store_without_its_password(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", with_password(f"http://127.0.0.1:{free_port()}"))
-    run, line = read_run(config_from_dict({}), None)
+    run, line = read_run(with_password(f"http://127.0.0.1:{free_port()}"), config_from_dict({}),
+                         None)
     assert run is None and line.startswith("cannot read the MLflow run") and "http://***@127.0.0.1" in line
     assert TRACKING_SECRET not in line
 

@@ -180,10 +180,10 @@ MUTANTS: list[Mutant] = [
            "        if math.isfinite(norm):\n", "        if True:\n",
            ("tests/test_training_rules.py", "-k", "non_finite")),
     # -- TBPTT -------------------------------------------------------------------------------
-    Mutant("TBPTT: state not detached", "seqcore/tasks/lm/model.py",
+    Mutant("TBPTT: state not detached", "seqcore/models/rnnlm.py",
            "return tuple(t.detach() for t in state)", "return tuple(state)",
            ("tests/test_lm.py", "-k", "gradient_stops")),
-    Mutant("TBPTT: state never reset", "seqcore/tasks/lm/model.py",
+    Mutant("TBPTT: state never reset", "seqcore/models/rnnlm.py",
            "keep = (~reset).to(state[0].dtype)[None, :, None]",
            "keep = torch.ones_like(reset).to(state[0].dtype)[None, :, None]",
            ("tests/test_lm.py", "-k", "reset or zero_state")),
@@ -242,7 +242,7 @@ MUTANTS: list[Mutant] = [
            "ss_prob = scheduled_sampling_probability(s.step, cfg.ss_schedule, cfg.ss_k, "
            "cfg.ss_cap)", "ss_prob = 0.0",
            (LIVE, "-k", live("train.ss_schedule"))),
-    Mutant("param: train.select ignored", "pipeline/train.py",
+    Mutant("param: train.select ignored", "seqcore/training/select.py",
            '    if best is not None:\n        setup.model.load_state_dict(',
            "    if False:\n        setup.model.load_state_dict(",
            (LIVE, "-k", "select_best_dev")),

@@ -19,7 +19,7 @@ from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
 from seqcore.config import ModelConfig, as_dict, config_from_dict
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
-from seqcore.tasks.lm.model import RNNLMShape
+from seqcore.models.rnnlm import RNNLMShape
 
 
 @dataclass(frozen=True)

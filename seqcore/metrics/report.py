@@ -12,7 +12,7 @@ from seqcore.artifacts.train_log import TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.metrics.evaluation import Evaluation
 from seqcore.metrics.failures import KINDS
-from seqcore.signature import parse_signature
+from seqcore.signature_format import parse_signature
 
 #: (metrics.json key, what it is divided by) for the headline table.
 _HEADLINE = (

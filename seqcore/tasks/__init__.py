@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from seqcore.config import Config, DataConfig
+from seqcore import config_rules
+from seqcore.config import Config, ConfigError, DataConfig, problem_line
+from seqcore.config_ranges import Problem
 from seqcore.errors import OneLineError
 from seqcore.signature import derived_params
 
@@ -50,9 +52,9 @@ class Task:
         return importlib.import_module(f"{self.package}.{stage}")
 
     def config_problems(self, cfg: Config) -> list[tuple[str, Any, str]]:
-        """params.yaml rules of this task, checked with the others when the params load:
-        (key, value, what is allowed) for each one broken. From the task's package itself
-        (light: every stage loads params)."""
+        """params.yaml rules of this task (:func:`task_checked`): (key, value, what is
+        allowed) for each one broken. From the task's package itself (light: every stage
+        loads params)."""
         return importlib.import_module(self.package).config_problems(cfg)
 
     def ignored_settings(self, cfg: Config) -> list[str]:
@@ -136,3 +138,23 @@ def get_task(name: str) -> Task:
     except KeyError:
         raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}") \
             from None
+
+
+def task_checked(cfg: Config, source: str) -> Config:
+    """``cfg`` once its task's own rules hold. ``load_config`` checks types, ranges and the
+    rules between keys; each stage's entry, validate and every user command then apply the
+    task's (the loader imports no task: issue 50).
+
+    Raises:
+        ConfigError: the first rule broken, one line starting with ``source`` (the params
+            file), as the loader's lines do.
+    """
+    for key, value, allowed in get_task(cfg.task).config_problems(cfg):
+        raise ConfigError(f"{source}: {problem_line(Problem(key, value, allowed))}")
+    return cfg
+
+
+def ignored_settings(cfg: Config) -> list[str]:
+    """Every setting these params set that nothing reads: the decode strategy's
+    (seqcore.config_rules.ignored_settings), then the task's. One warning line each."""
+    return config_rules.ignored_settings(cfg) + get_task(cfg.task).ignored_settings(cfg)

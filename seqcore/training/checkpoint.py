@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,19 @@ def ledger_files(folder: Path) -> list[Path]:
         return []
     return sorted((p for p in Path(folder).iterdir() if _NAME.match(p.name)),
                   key=lambda p: p.name)
+
+
+def is_ledger_step(step: int, last: int, every: int) -> bool:
+    """Whether the ledger keeps the full state of ``step`` (the one definition: the loop
+    writes these, the train stage copies them, the audit replays between them): the state
+    before the first step (0), every ``every`` steps (``train.ledger_every``; 0: none between)
+    and the last step ``last``."""
+    return step in (0, last) or (every > 0 and step % every == 0 and step < last)
+
+
+def ledger_steps(last: int, every: int) -> list[int]:
+    """Every step :func:`is_ledger_step` keeps in a training of ``last`` steps, in order."""
+    return [s for s in range(last + 1) if is_ledger_step(s, last, every)]
 
 
 def step_of(path: Path) -> int:
@@ -207,6 +221,36 @@ class CheckpointDir:
         path = self.ledger / f"ckpt-{step:08d}.pt"
         checkpoint.save(path)
         return path
+
+    def copy_ledger(self, out: Path, last: int, every: int,
+                    with_best: bool) -> tuple[list[int], list[str]]:
+        """Copy this training's ledger states (:func:`ledger_steps`) to ``out`` (the train
+        stage's ``paths.ledger``), with their sha256 sidecars, plus ``best.pt`` when
+        ``with_best`` (``select: best_dev``). A DVC output never carries a file its own stage
+        refused (issue 54): each state is checked as loading checks it, and one that fails is
+        left out. Returns the steps the copy lacks (a folder trained before the ledger, under
+        another ``ledger_every``, or a state that failed: the audit then replays a longer
+        segment around them) and one warning line per file left out."""
+        want = ledger_steps(last, every)
+        best = self.root / "best.pt"
+        found = [p for p in ledger_files(self.ledger) if step_of(p) in want]
+        if with_best and best.exists():
+            found.append(best)
+        usable, warnings = [], []
+        for path in found:
+            why = self.verified(path)
+            if why is None:
+                usable.append(path)
+            else:
+                warnings.append(f"{path} is not copied into {out}: {why}")
+        have = {step_of(p) for p in usable if p != best}
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        for path in usable:
+            for name in (path.name, path.name + ".sha256"):
+                shutil.copyfile(path.with_name(name), out / name)
+        return [s for s in want if s not in have], warnings
 
     def remove_partial(self) -> list[str]:
         """Delete temporary files a killed write left behind (``.NAME.tmp-PID``); returns

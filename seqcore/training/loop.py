@@ -35,7 +35,8 @@ from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog  # noqa: F401 (re-e
 from seqcore.config import TrainConfig
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
-    SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, rng_restore, rng_snapshot)
+    SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
+    rng_snapshot)
 from seqcore.training.feeds import Feed
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
@@ -268,9 +269,8 @@ class TrainLoop:
         """The checkpoint of every ``checkpoint_every`` steps and the ledger state of every
         ``ledger_every`` steps (0: none between the first and the last), and both at the last."""
         last = step == self.cfg.max_steps
-        every = self.cfg.ledger_every
         numbered = step % self.cfg.checkpoint_every == 0 or last
-        ledger = last or (every > 0 and step % every == 0)
+        ledger = is_ledger_step(step, self.cfg.max_steps, self.cfg.ledger_every)
         if not (numbered or ledger):
             return
         state = self.checkpoint()  # gathers every rank's state: a barrier

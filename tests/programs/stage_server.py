@@ -33,7 +33,7 @@ from pathlib import Path
 #: The pipeline modules served: the stages, the audit and its training replay, and the
 #: user commands the tests run (tracking's replay, predict, compare, copy_run).
 STAGES = ("validate", "fetch", "prepare", "tokenizer", "baseline", "train", "decode",
-          "evaluate", "audit", "audit_replay", "tracking", "predict", "compare", "copy_run")
+          "evaluate", "audit", "audit.replay", "tracking", "predict", "compare", "copy_run")
 #: Read by torch when it is imported (the replay's CPU kernels): a request that sets another
 #: value than the server's needs a fresh interpreter.
 IMPORT_TIME_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
@@ -45,7 +45,7 @@ WARM = ("torch", "torch._inductor.config", "mlflow", "mlflow.store.tracking.sqla
         "sqlalchemy.dialects.sqlite", "alembic.command", "ruamel.yaml", "sentencepiece",
         "sacrebleu", "matplotlib.backends.backend_agg", "dvc.repo",
         "seqcore.tasks.parallel.decode", "seqcore.tasks.parallel.evaluate",
-        "seqcore.tasks.lm.decode", "seqcore.tasks.lm.evaluate")
+        "seqcore.tasks.lm.decode", "seqcore.tasks.lm.evaluate", "pipeline.audit.cli")
 CODE = ("pipeline", "seqcore")
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,8 @@ from seqcore.metrics.bootstrap import Resampling, document_interval
 from seqcore.metrics.recompute import resampling
 from seqcore.metrics.report import interval_cell, interval_note
 from seqcore.nulls import null_undefined
-from seqcore.signature import parse_signature, result_signature
+from seqcore.signature import result_signature
+from seqcore.signature_format import parse_signature
 from seqcore.tasks.base import Evaluated, StageIO
 from seqcore.tasks.lm.corpus import lm_documents
 from seqcore.tasks.lm.documents import Document

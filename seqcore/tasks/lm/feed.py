@@ -19,7 +19,7 @@ import torch
 
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.losses import LossNorm, LossSum, labelled_nll, sequence_loss
-from seqcore.tasks.lm.model import RNNLM, LMState, detach_state, reset_state
+from seqcore.models.rnnlm import RNNLM, LMState, detach_state, reset_state
 from seqcore.tasks.lm.streams import Segment, StreamBatcher, StreamState
 from seqcore.training.distributed import World
 

@@ -17,10 +17,11 @@ from seqcore.artifacts.model_file import LMInfo, ModelFile, ModelMeta
 from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.hashing import digest
-from seqcore.signature import SIGNATURE_FORMAT, config_contract, format_signature
+from seqcore.signature import SIGNATURE_FORMAT, config_contract
+from seqcore.signature_format import format_signature
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.tasks.lm.feed import LMFeed, StreamNLL, stream_nll
-from seqcore.tasks.lm.model import RNNLM, RNNLMShape
+from seqcore.models.rnnlm import RNNLM, RNNLMShape
 from seqcore.training.distributed import World
 from seqcore.training.setups import CPU, Setup
 

@@ -15,10 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.audit_lineage import PIPELINE, RUN, dataset_diffs, model_diffs
-from pipeline.dvc_files import read_yaml12
-from pipeline.dvc_lock import upstream_lock_digest
-from pipeline.record import param_items, tracking_uri
+from pipeline.audit.lineage import PIPELINE, RUN, dataset_diffs, model_diffs
+from pipeline.dvc_files import read_yaml12, upstream_lock_digest
+from pipeline.record import param_items
 from pipeline.timing import TIME_PREFIX
 from seqcore.audit import number_diffs, text_diffs
 from seqcore.artifacts.run_record import RunRecord
@@ -30,7 +29,7 @@ from seqcore.signature import result_params
 #: What `python -m pipeline.compare --log` attaches to a run afterwards (pipeline/compare.py
 #: LOG_FOLDER, LOG_TAG): a comparison with another result, not part of the pipeline's record.
 COMPARE_FOLDER, COMPARE_TAG = "compare/", "compare."
-#: What `python -m pipeline.audit --run` writes on the run afterwards (pipeline/audit_run.py):
+#: What `python -m pipeline.audit --run` writes on the run afterwards (pipeline/audit/run.py):
 #: the verdict of an audit of the run, not part of its record.
 AUDIT_TAG = "audit."
 
@@ -42,17 +41,18 @@ FREE_TAGS = ("dvc.exp.name", "mlflow.user")
 
 
 #: The tag by which a run names the result it was logged for (pipeline/record.py): the
-#: digest of the dvc.lock stages the evaluate stage saw (pipeline/dvc_lock.py).
+#: digest of the dvc.lock stages the evaluate stage saw (pipeline/audit/lock.py).
 RESULT_TAG = "dvc.lock.upstream.sha256"
 
 
-def find_run(cfg: Config, run_id: str | None, lock: dict[str, Any] | None = None) -> Any:
-    """The MLflow run by id; else the latest run of the configured experiment that was
+def find_run(uri: str, cfg: Config, run_id: str | None,
+             lock: dict[str, Any] | None = None) -> Any:
+    """The MLflow run by id, from the store at ``uri``; else the latest run of the configured experiment that was
     logged for the result whose dvc.lock is ``lock`` (its RESULT_TAG: issue 33, the result
     names its run, not "the latest"); without a lock, the latest run."""
     import mlflow  # noqa: PLC0415 (slow import)
 
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri(cfg.mlflow.tracking_uri))
+    client = mlflow.MlflowClient(tracking_uri=uri)
     if run_id:
         return client.get_run(run_id)
     exp = client.get_experiment_by_name(experiment_name(cfg))
@@ -182,15 +182,15 @@ def params_artifact_diffs(logged: bytes, current: bytes) -> list[str]:
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def mlflow_diffs(cfg: Config, run: Any, record: RunRecord,
+def mlflow_diffs(uri: str, cfg: Config, run: Any, record: RunRecord,
                  lock: dict[str, Any]) -> list[str]:
-    """The run compared whole with ``record`` (pipeline.record.build_record, made now)."""
+    """The run (in the store at ``uri``) compared whole with ``record``
+    (pipeline.record.build_record, made now)."""
     import mlflow  # noqa: PLC0415
 
     pending = Path(cfg.paths.mlflow_pending)
     diffs = [f"{pending} holds runs not yet logged: `python -m pipeline.tracking --replay`"
              ] if pending.exists() else []
-    uri = tracking_uri(cfg.mlflow.tracking_uri)
     client = mlflow.MlflowClient(tracking_uri=uri)
     rid = run.info.run_id
     want = dict(param_items(record.params))

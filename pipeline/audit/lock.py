@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from seqcore.hashing import digest, file_hash
-from seqcore.signature import NO_RESULT_KEYS
+from seqcore.hashing import file_hash
 
 
 def md5_file(path: Path) -> str:
@@ -78,34 +77,3 @@ def lock_hash_diffs(root: Path, lock: dict[str, Any]) -> list[str]:
         diffs += [f"{rel}: workspace has md5 {got}, dvc.lock {where} records {recorded}"
                   for where, recorded in recs if got != recorded]
     return diffs
-
-
-def upstream_lock_digest(lock: dict[str, Any], last_stage: str = "evaluate") -> str:
-    """sha256 of dvc.lock's stages before ``last_stage``: what the evaluate stage saw.
-
-    DVC rewrites dvc.lock after each stage, so while evaluate runs the file holds the final
-    entries of every upstream stage but not yet evaluate's own. The evaluate stage logs it
-    with the MLflow run and the audit recomputes it. The values of guards and bookkeeping
-    keys (seqcore.signature.NO_RESULT_KEYS) are left out: raising a guard re-runs the stage
-    that checks it, with the same outputs, and leaves the result and its run as they were.
-    """
-    return digest({k: _result_entry(v) for k, v in lock.get("stages", {}).items()
-                   if k != last_stage})
-
-
-def _result_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    """A stage's lock entry with its params less NO_RESULT_KEYS."""
-    if not entry.get("params"):
-        return entry
-    return entry | {"params": {name: _without(values, NO_RESULT_KEYS)
-                               for name, values in entry["params"].items()}}
-
-
-def _without(values: dict[str, Any], keys: frozenset[str], prefix: str = "") -> dict[str, Any]:
-    """Params as a lock holds them (dotted keys, or sections nested) less the dotted ``keys``."""
-    out = {}
-    for key, value in values.items():
-        name = prefix + key
-        if name not in keys:
-            out[key] = _without(value, keys, name + ".") if isinstance(value, dict) else value
-    return out

@@ -1,4 +1,4 @@
-"""The checks of the default audit, each wired to its inputs (pipeline/audit.py runs them in
+"""The checks of the default audit, each wired to its inputs (pipeline/audit/core.py runs them in
 order and prints the report): DVC's own status, the contract every task's result records,
 the training record and its replay, the MLflow run and the producing environment. A check
 that cannot run is NOT RUN, which fails the audit."""
@@ -13,10 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline import audit_rederive, audit_replay
-from pipeline.audit_mlflow import find_run
+from pipeline.audit import rederive, replay
+from pipeline.audit.mlflow_run import find_run
 from pipeline.dvc_files import read_yaml12
-from pipeline.record import tracking_uri
 from seqcore import environment
 from seqcore.artifacts.result_files import ResultFiles
 from seqcore.audit import (
@@ -118,20 +117,20 @@ def training_check(report: AuditReport, cfg: Config, files: ResultFiles) -> None
     if not report.wants("training record"):
         return
     if ledger_files(Path(cfg.paths.ledger)):
-        run_check(report, "training record", lambda: audit_rederive.training_diffs(
+        run_check(report, "training record", lambda: rederive.training_diffs(
             cfg, files.meta, Path(cfg.paths.ledger)))
         return
     try:
-        folder = audit_rederive.checkpoint_folder(cfg)
+        folder = rederive.checkpoint_folder(cfg)
     except Exception as err:  # noqa: BLE001 (as in run_check)
         report.not_run("training record", f"could not run: {type(err).__name__}: {err}")
         return
     if folder.is_dir():
-        run_check(report, "training record", lambda: audit_rederive.training_diffs(cfg, files.meta,
+        run_check(report, "training record", lambda: rederive.training_diffs(cfg, files.meta,
                                                                               folder))
         return
     run_check(report, "training record",
-              lambda: audit_rederive.training_meta_diffs(cfg, files.meta))
+              lambda: rederive.training_meta_diffs(cfg, files.meta))
     report.warn("checkpoints", [f"{folder} is not here (working state of the machine that "
                                 "trained; never pushed): the training record was checked "
                                 "against the model file only"])
@@ -140,7 +139,7 @@ def training_check(report: AuditReport, cfg: Config, files: ResultFiles) -> None
 def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
                  seed: int | None, run: Any, strict_env: bool = False) -> None:
     """Replay the state before the first step and ``segments`` segments of the training from
-    its ledger (pipeline/audit_replay.py), on the CPU kernels the run records. A training of
+    its ledger (pipeline/audit/replay.py), on the CPU kernels the run records. A training of
     several processes or on a device this host lacks cannot be replayed here: a warning. On
     another CPU model than the run records, a difference is a warning (``strict_env``: a
     failure)."""
@@ -154,7 +153,7 @@ def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
                            "GPU): --rebuild re-runs it whole"])
         return
     try:
-        plan, found = audit_replay.plan(Path(cfg.paths.ledger), segments, seed)
+        plan, found = replay.plan(Path(cfg.paths.ledger), segments, seed)
     except Exception as err:  # noqa: BLE001 (as in run_check)
         report.not_run(name, f"could not run: {type(err).__name__}: {err}")
         return
@@ -164,7 +163,7 @@ def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
     tags = run.data.tags if run is not None else {}
 
     def replayed() -> list[str]:
-        return audit_replay.run_replay(params, Path(cfg.paths.ledger), plan.chosen,
+        return replay.run_replay(params, Path(cfg.paths.ledger), plan.chosen,
                                        tags.get("env.cpu_capability"))
 
     trained_on, here = tags.get("env.cpu"), environment.producing_environment().cpu
@@ -191,12 +190,12 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def read_run(cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
-    """The MLflow run to compare, or why it cannot be read (the store's password masked)."""
+def read_run(uri: str, cfg: Config, run_id: str | None) -> tuple[Any, str | None]:
+    """The MLflow run to compare, from the store at ``uri``, or why it cannot be read (the
+    store's password masked)."""
     try:
         lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else None
-        return find_run(cfg, run_id, lock), None
+        return find_run(uri, cfg, run_id, lock), None
     except Exception as err:  # noqa: BLE001 (any store failure is an audit finding)
-        uri = tracking_uri(cfg.mlflow.tracking_uri)
         return None, redact_text(f"cannot read the MLflow run: {type(err).__name__}: {err}",
                                  (uri,))

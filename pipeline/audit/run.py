@@ -14,7 +14,6 @@ audited. A run, commit or output that cannot be found stops with one line.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -22,17 +21,19 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.audit_mlflow import RESULT_TAG
-from pipeline.dvc_files import parse_yaml12
-from pipeline.dvc_lock import upstream_lock_digest
-from pipeline.audit_verdict import code_line, verdict_tags
+from pipeline.audit.core import audit
+from pipeline.audit.mlflow_run import RESULT_TAG
+from pipeline.audit.options import AuditOptions
+from pipeline.audit.verdict import code_line, verdict_tags
+from pipeline.dvc_files import parse_yaml12, upstream_lock_digest
 from pipeline.git_state import head_commit
 from pipeline.record import tracking_uri
+from pipeline.stage import load_params
 from seqcore.audit import AuditReport
-from seqcore.config import load_config
 from seqcore.credentials import redact_text
 from seqcore.errors import OneLineError
 
@@ -51,7 +52,7 @@ def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 
 def result_digest(root: Path, commit: str) -> str | None:
-    """The result digest of ``commit``'s dvc.lock (pipeline/dvc_lock.upstream_lock_digest:
+    """The result digest of ``commit``'s dvc.lock (pipeline/dvc_files.upstream_lock_digest:
     its stages before evaluate, what a run logged for it records); None without a lock."""
     res = _git(root, "show", f"{commit}:dvc.lock", check=False)
     if res.returncode != 0:
@@ -134,45 +135,36 @@ def worktree(root: Path, commit: str) -> Iterator[Path]:
         _git(root, "worktree", "prune", check=False)
 
 
-def audit_run_id(args: argparse.Namespace, only: tuple[str, ...]) -> AuditReport:
-    """``--run RUN_ID``: the result the run claims, checked out from this repository into a
-    temporary worktree with its outputs, audited there by this code; the verdict is written
-    to the run as tags (pipeline/audit_run.py). RunNotAuditable: one line."""
+def audit_run_id(opts: AuditOptions, run_id: str, root: Path) -> AuditReport:
+    """``--run RUN_ID``: the result the run claims, checked out from the repository ``root``
+    into a temporary worktree with its outputs, audited there by this code against the store
+    the run was read from; the verdict is written to the run as tags. RunNotAuditable: one
+    line."""
     import mlflow  # noqa: PLC0415 (slow import)
 
-    from pipeline.audit import audit  # noqa: PLC0415 (it imports this module)
-
-    root, here = Path(args.root).resolve(), Path(__file__).resolve().parents[1]
+    root, here = root.resolve(), Path(__file__).resolve().parents[2]
     with contextlib.chdir(root):
-        uri = tracking_uri(load_config(args.params).mlflow.tracking_uri)
+        uri = tracking_uri(load_params(opts.params).mlflow.tracking_uri)
     client = mlflow.MlflowClient(tracking_uri=uri)
     try:
-        run = client.get_run(args.run)
+        run = client.get_run(run_id)
     except Exception as err:  # noqa: BLE001 (not found, unreachable: the same line)
         raise RunNotAuditable(redact_text(
-            f"run {args.run} cannot be read from {uri}: {type(err).__name__}: "
+            f"run {run_id} cannot be read from {uri}: {type(err).__name__}: "
             f"{str(err).splitlines()[0] if str(err) else ''}", (uri,))) from None
     made_from, digest = run_result(run)
     commit = result_commit(root, made_from, digest)
-    print(f"[audit] run {args.run} claims the result of commit {commit[:12]} ({RESULT_TAG} "
+    print(f"[audit] run {run_id} claims the result of commit {commit[:12]} ({RESULT_TAG} "
           f"{digest[:12]}; made from {(made_from or 'none')[:12]})", file=sys.stderr)
     with worktree(root, commit) as folder:
         print(f"[audit] outputs {bring_outputs(root, folder)}", file=sys.stderr)
         print(code_line(here, folder), file=sys.stderr)
-        old = os.environ.get("MLFLOW_TRACKING_URI")
-        os.environ["MLFLOW_TRACKING_URI"] = uri  # the store the run lives in, not the copy's
-        try:
-            with contextlib.chdir(folder):
-                report = audit(args.params, args.run, True, args.strict_env, args.rebuild,
-                               only, args.replay, args.replay_seed)
-        finally:
-            if old is None:
-                os.environ.pop("MLFLOW_TRACKING_URI", None)
-            else:
-                os.environ["MLFLOW_TRACKING_URI"] = old
+        with contextlib.chdir(folder):
+            # the store the run lives in, not the one the copy's params name (inside the copy)
+            report = audit(replace(opts, run_id=run_id, use_mlflow=True, tracking_uri=uri))
     print(report.render())
     tags = verdict_tags(report, head_commit(here))
     for key, value in tags.items():
-        client.set_tag(args.run, key, value)
-    print(f"audit verdict written to run {args.run}: audit.status {tags['audit.status']}")
+        client.set_tag(run_id, key, value)
+    print(f"audit verdict written to run {run_id}: audit.status {tags['audit.status']}")
     return report

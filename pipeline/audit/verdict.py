@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from pipeline.audit_mlflow import AUDIT_TAG
+from pipeline.audit.mlflow_run import AUDIT_TAG
 from pipeline.git_state import head_commit
 from seqcore.audit import WARNING, AuditReport
 from seqcore.hashing import sha256_file

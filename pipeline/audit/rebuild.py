@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.dvc_files import read_yaml12
-from pipeline.dvc_lock import md5_file
+from pipeline.audit.lock import md5_file
 from pipeline.git_state import commit_copy, copy_checkout
 from seqcore.audit import stage_out_diffs
 from seqcore.config import Config

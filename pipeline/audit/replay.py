@@ -1,4 +1,4 @@
-"""The training replayed from its ledger (issue 33): ``python -m pipeline.audit_replay``.
+"""The training replayed from its ledger (issue 33): ``python -m pipeline.audit.replay``.
 
 The audit rebuilds the state before the first step from the seed and replays k segments of
 the ledger (seqcore/ledger.py), the last always among them: each resumes from its first
@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeline.task_io import PipelineIO
-from seqcore.config import Config, load_config
+from pipeline.stage import load_params
+from seqcore.config import Config
 from seqcore.determinism import device_kind, resolve_device, set_determinism
 from seqcore.kernels import KernelProfileError, check_portable, host_capability, profile_env
 from seqcore.ledger import (
@@ -187,14 +188,14 @@ def run_replay(params: str, ledger: Path, chosen: list[int],
     directory (the result's): its determinism settings and thread count stay out of the
     audit's process, and it runs on the CPU kernels the training used (its
     ``train.cpu_kernels``; under native, ``capability``: the recorded ATen level)."""
-    profile = load_config(params).train.cpu_kernels
-    here = str(Path(__file__).resolve().parents[1])
+    profile = load_params(params).train.cpu_kernels
+    here = str(Path(__file__).resolve().parents[2])
     env = {**kernel_env(profile, capability, dict(os.environ)),
            "PYTHONPATH": os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])}
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         # -P: the result's folder is not put first on sys.path (the auditor's code replays)
         proc = subprocess.run(
-            [sys.executable, "-P", "-m", "pipeline.audit_replay", "--params", params,
+            [sys.executable, "-P", "-m", "pipeline.audit.replay", "--params", params,
              "--ledger", str(ledger), "--segments", ",".join(map(str, chosen)),
              "--out", out.name], env=env, stdout=subprocess.DEVNULL, check=False)
         if proc.returncode != 0:
@@ -210,7 +211,7 @@ def main() -> None:
     parser.add_argument("--segments", default="", help="1-based, comma-separated")
     parser.add_argument("--out", required=True, help="JSON file for the differences")
     args = parser.parse_args()
-    cfg = load_config(args.params)
+    cfg = load_params(args.params)
     if cfg.train.cpu_kernels == "portable" and device_kind(cfg.train.device) == "cpu":
         try:
             check_portable("train.cpu_kernels")
