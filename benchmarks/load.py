@@ -11,7 +11,7 @@ request, a broken input answered, or a broken input that changes a valid neighbo
 is counted, never skipped. Prints one Markdown row per setting: throughput
 (words/s, requests/s), p50/p99 latency, failures, and the server's resident memory (the
 serving process and its workers, from /proc) before and after. A benchmark, not a test:
-run it alone; tests/test_registry.py runs a small version of it in the suite.
+run it alone; tests/mlflow/test_registry.py runs a small version of it in the suite.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def run_audit(repo: Path, monkeypatch: pytest.MonkeyPatch, *, strict_env: bool =
 USER_PARAMS = {
     "task": "parallel",
     "paths": {"raw": "data/raw/user.tsv"},
-    # Every row in train, so the split check is off (min_split_rows: 0; tests/test_own_data.py).
+    # Every row in train, so the split check is off (min_split_rows: 0; tests/data/test_own_data.py).
     "data": {"source": "tsv", "path": "data/external/user.tsv", "sha256": "",
              "bad_rows": "skip", "dev_fraction": 0.0, "test_fraction": 0.0, "min_split_rows": 0},
     "tokenizer": {"src_model_type": "char", "tgt_model_type": "word"},

@@ -1,12 +1,19 @@
 """The sequence contract: shift, masks and their polarity."""
-
 from __future__ import annotations
 
 import pytest
 import torch
 
-from seqcore.contract import (IGNORE_INDEX, SpecialIds, attention_mask, causal_mask, pad_batch,
-                              shift_targets)
+from seqcore.contract import (
+    IGNORE_INDEX,
+    SpecialIds,
+    attention_mask,
+    causal_mask,
+    masked_softmax,
+    pad_batch,
+    shift_targets,
+)
+from tests.factories import IDS
 
 
 def test_targets_are_inputs_shifted_left_with_eos_label_and_no_bos_label(ids: SpecialIds) -> None:
@@ -87,3 +94,27 @@ def test_fully_masked_rows_are_opened_so_softmax_is_finite() -> None:
 def test_special_ids_must_be_distinct() -> None:
     with pytest.raises(ValueError, match="distinct"):
         SpecialIds(pad=0, unk=0, bos=2, eos=3)
+
+
+# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
+
+# -- masks and teacher forcing ------------------------------------------------------------
+def test_a_causal_mask_lets_query_t_see_the_keys_up_to_t_plus_its_offset() -> None:
+    keys = torch.ones(1, 3, dtype=torch.bool)
+    plain = attention_mask(keys, queries=3, causal=True)[0, 0]
+    assert plain.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    shifted = attention_mask(keys, queries=2, causal=True, offset=1)[0, 0]
+    assert shifted.tolist() == [[True, True, False], [True, True, True]]
+
+
+def test_teacher_forcing_refuses_an_eos_flag_list_of_another_length() -> None:
+    with pytest.raises(ValueError):
+        shift_targets([[5, 6], [7]], IDS, has_eos=[True])
+    empty = shift_targets([], IDS)  # no targets: (0, 0) tensors, not an error
+    assert empty.inputs.shape == empty.labels.shape == (0, 0)
+
+
+def test_attention_weights_refuse_a_mask_that_is_not_boolean() -> None:
+    with pytest.raises(TypeError, match=r"allowed must be bool \(True = may attend\), got "
+                       r"torch.float32"):
+        masked_softmax(torch.zeros(1, 2), torch.ones(1, 2))

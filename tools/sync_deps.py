@@ -1,6 +1,6 @@
 """Rewrite the code deps of each stage in dvc.yaml to the import closure of its entry module.
 
-``tests/test_declared_reads.py`` fails when a stage's declared code differs from what it
+``tests/stages/test_declared_reads.py`` fails when a stage's declared code differs from what it
 imports; this tool makes them agree (run from the repository root, review the diff):
 
     python tools/sync_deps.py

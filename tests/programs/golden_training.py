@@ -11,7 +11,7 @@ ATen's softmax, LayerNorm, reductions and elementwise ops, and MKL's VML (the po
 
     python -m tests.programs.golden_training   # prints {"all": sha256, tensor: sha256, ...}
 
-``tests/test_portable_kernels.py`` pins the result; ``tools/cpu_models.py`` runs this under
+``tests/test_kernels.py`` pins the result; ``tools/cpu_models.py`` runs this under
 qemu's Intel and AMD CPU models.
 """
 

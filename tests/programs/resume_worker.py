@@ -1,4 +1,4 @@
-"""Train tiny models in forked jobs, some of which SIGKILL themselves (tests/test_resume.py).
+"""Train tiny models in forked jobs, some of which SIGKILL themselves (tests/training/test_resume.py).
 
 Run as ``python -m tests.programs.resume_worker JOBS_JSON`` from the repository root, where
 JOBS_JSON is a list of ``train`` keyword sets. Each job runs in its own process, forked from

@@ -1,0 +1,33 @@
+"""The encoder-decoder interface (seqcore/models/base.py): what forward refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.factories import tiny_model
+
+
+# -- issue 32, third mutant tranche; was tests/test_pins_models.py --------------------------------
+
+# -- the encoder-decoder interface ------------------------------------------------------------
+@pytest.mark.parametrize(("src", "mask", "tgt"), [
+    (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 4, dtype=torch.bool),
+     torch.ones(1, 2, dtype=torch.long)),  # a mask of another shape
+    (torch.ones(1, 3, 1, dtype=torch.long), torch.ones(1, 3, 1, dtype=torch.bool),
+     torch.ones(1, 2, dtype=torch.long)),  # a 3-D source with a mask of its shape
+    (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool),
+     torch.ones(1, 2, 1, dtype=torch.long)),  # a 3-D decoder input
+])
+def test_forward_refuses_inputs_of_another_rank_or_a_mask_of_another_shape(
+    src: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor,
+) -> None:
+    with pytest.raises(ValueError, match=r"^expected \(B,S\),\(B,S\),\(B,T\); got "):
+        tiny_model()(src, mask, tgt)
+
+
+def test_forward_refuses_a_mask_that_is_not_bool_naming_its_dtype() -> None:
+    with pytest.raises(TypeError, match=r"^src_mask must be bool \(True = real token\), got "
+                                        r"torch.int64$"):
+        tiny_model()(torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
+                     torch.ones(1, 2, dtype=torch.long))

@@ -1,0 +1,229 @@
+"""Unusable checkpoints: a bad best.pt falls back with a warning; a pickle that is not
+weights-only is refused with one line that never suggests lifting the check (issue 13)."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
+from seqcore.training.checkpoint import (
+    SCHEMA_VERSION,
+    Checkpoint,
+    CheckpointDir,
+    ContractMismatch,
+    check_contract,
+    step_of,
+)
+from tests.factories import whole_checkpoint
+
+
+def checkpoint_at(step: int, value: float) -> Checkpoint:
+    return whole_checkpoint(model={"w": torch.full((2,), value)}, state={"step": step})
+
+
+class _NotAllowed:
+    """An arbitrary class: a weights-only load must refuse to rebuild it."""
+
+
+def test_corrupt_best_falls_back_to_the_numbered_checkpoint_of_the_best_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=3)
+    for step in (3, 6):
+        ckpt.save(step, checkpoint_at(step, float(step)))
+    best = ckpt.save_best(checkpoint_at(3, 3.0))
+    assert ckpt.best_weights(3).path == best
+    best.write_bytes(best.read_bytes()[:100])  # truncated
+    found = ckpt.best_weights(3)
+    assert found.path.name == "ckpt-00000003.pt" and found.checkpoint.weights["w"][0] == 3.0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: skipping unusable checkpoint {best}: sha256 ")
+    assert err.endswith("(truncated or corrupted)\n") and err.count("\n") == 1
+
+
+def test_unusable_best_without_a_numbered_copy_gives_none_and_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=1)
+    best = ckpt.save_best(
+        Checkpoint({**checkpoint_at(3, 3.0).payload, "schema": SCHEMA_VERSION - 1}))
+    assert ckpt.best_weights(3) is None
+    assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
+                                       f"schema {SCHEMA_VERSION - 1} != {SCHEMA_VERSION}\n")
+    best.with_name("best.pt.sha256").unlink()
+    assert ckpt.best_weights(3) is None
+    assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
+                                       "missing best.pt.sha256\n")
+
+
+def test_a_pickle_that_is_not_weights_only_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "evil.pt"
+    save_blob(path, {"x": torch.zeros(1), "obj": _NotAllowed()})
+    with pytest.raises(UnusableCheckpoint) as err:
+        load_blob(path)
+    assert str(err.value) == (f"{path}: not a weights-only checkpoint (it asks to rebuild the "
+                              f"Python object {__name__}._NotAllowed); refused, nothing was "
+                              "loaded")
+
+
+def test_a_plain_pickle_is_refused_in_one_line_without_suggesting_to_lift_the_check(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder,
+) -> None:
+    path = tmp_path / "plain.pt"
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    path.with_name("plain.pt.sha256").write_text(
+        __import__("hashlib").sha256(path.read_bytes()).hexdigest() + "\n")
+    with pytest.raises(UnusableCheckpoint) as err:
+        load_blob(path)
+    message = str(err.value)
+    assert message == (f"{path}: not a weights-only checkpoint (it is a plain pickle or not a "
+                       "torch.save archive); refused, nothing was loaded")
+    assert "weights_only=False" not in message and "\n" not in message
+    assert not recwarn.list  # torch's protocol warning is not passed on
+
+
+def test_a_temp_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    # a writer killed between its temp file and the rename leaves .NAME.tmp-PID beside a DVC
+    # output; the next write of that file removes it (a live writer's temp file is kept)
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from seqcore.blobs import atomic_write  # noqa: PLC0415
+
+    dead_pid = subprocess.Popen(["true"])  # noqa: S607
+    dead_pid.wait()
+    stale = tmp_path / f".model.pt.tmp-{dead_pid.pid}"
+    live = tmp_path / f".model.pt.tmp-{os.getppid()}"
+    other = tmp_path / f".other.pt.tmp-{dead_pid.pid}"
+    for f in (stale, live, other):
+        f.write_bytes(b"half")
+    atomic_write(tmp_path / "model.pt", b"weights")
+    assert (tmp_path / "model.pt").read_bytes() == b"weights"
+    assert not stale.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["model.pt", live.name, other.name])
+
+
+def test_a_checkpoint_of_nothing_but_a_schema_falls_back_to_the_one_before_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    # issue 54: it passed the schema check, then failed the contract check with a
+    # 3,602-character diff advising train.resume: fresh, which would delete the good one
+    ckpt = CheckpointDir(tmp_path, keep_last=3)
+    ckpt.save(3, checkpoint_at(3, 3.0))
+    bare = ckpt.save(6, Checkpoint({"schema": SCHEMA_VERSION}))
+    found = ckpt.latest_good()
+    assert found is not None and found.path.name == "ckpt-00000003.pt"
+    err = capsys.readouterr().err
+    assert err == (f"warning: skipping unusable checkpoint {bare}: not a whole training "
+                   "checkpoint (it lacks world, model, optimizer, scaler, schedule, data, "
+                   "generator, rng, state, history, contract)\n")
+
+
+def test_a_checkpoint_that_is_not_a_mapping_is_unusable_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt-00000001.pt"
+    save_blob(path, [torch.zeros(1)])  # type: ignore[arg-type]
+    with pytest.raises(UnusableCheckpoint) as refused:
+        Checkpoint.load(path)
+    assert str(refused.value) == f"{path}: not a training checkpoint (a list, not a mapping)"
+
+
+# -- issue 32, third mutant tranche; was tests/test_pins_training.py ------------------------------
+
+
+def tiny_checkpoint(step: int) -> Checkpoint:
+    return whole_checkpoint(model={"w": torch.full((2,), float(step))}, state={"step": step})
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_contract_mismatch_lists_every_differing_key_of_either_side_in_one_line() -> None:
+    with pytest.raises(ContractMismatch) as refused:
+        check_contract({"task": "g2p", "lr": 1.0, "seed": 1}, {"task": "lm", "lr": 1.0}, "x")
+    assert str(refused.value) == (
+        "x was trained under a different contract (seed: checkpoint=1 now=None; task: "
+        "checkpoint='g2p' now='lm'): set these back in params.yaml to resume it, or "
+        "train.resume: fresh to start over")
+    check_contract({"a": 1}, {"a": 1}, "x")  # equal contracts pass
+
+
+def test_a_name_that_is_not_a_numbered_checkpoint_is_refused_with_the_pattern() -> None:
+    assert step_of(Path("d/ckpt-00000042.pt")) == 42
+    with pytest.raises(ValueError) as refused:
+        step_of(Path("d/best.pt"))
+    assert str(refused.value) == "d/best.pt: not a numbered checkpoint (ckpt-XXXXXXXX.pt)"
+
+
+def test_each_rank_reads_its_own_entry_of_a_multi_process_checkpoint() -> None:
+    own = [{"data": {"cursor": r}, "generator": torch.tensor([r]), "rng": {}} for r in (0, 1)]
+    two = Checkpoint({"world": {"size": 2, "backend": "gloo", "device_kind": "cpu"},
+                      "ranks": own, "data": {"cursor": 9}})
+    assert two.rank_state(1) is own[1] and two.rank_state(0) is own[0]
+    one = Checkpoint({"world": {"size": 1, "backend": "none", "device_kind": "cpu"},
+                      "data": {"cursor": 9}})
+    assert one.rank_state(0) is one.payload
+
+
+# -- the checkpoint folder --------------------------------------------------------------------------
+def test_pruning_keeps_the_last_k_with_their_sidecars_and_survives_a_missing_sidecar(
+    tmp_path: Path,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=2)
+    for step in (1, 2):
+        ckpt.save(step, tiny_checkpoint(step))
+    (tmp_path / "ckpt-00000001.pt.sha256").unlink()  # a write killed before its sidecar
+    for step in (3, 4):
+        ckpt.save(step, tiny_checkpoint(step))
+    assert files_under(tmp_path) == ["ckpt-00000003.pt", "ckpt-00000003.pt.sha256",
+                                     "ckpt-00000004.pt", "ckpt-00000004.pt.sha256"]
+
+
+def test_clear_removes_numbered_best_and_ledger_files_with_their_sidecars(
+    tmp_path: Path,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=2)
+    ckpt.save(1, tiny_checkpoint(1))
+    ckpt.save_best(tiny_checkpoint(1))
+    ckpt.save_ledger(0, tiny_checkpoint(0))
+    assert len(files_under(tmp_path)) == 6
+    ckpt.clear()
+    assert files_under(tmp_path) == []
+
+
+def test_best_weights_fall_back_to_the_best_steps_checkpoint_when_best_pt_is_absent(
+    tmp_path: Path,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=3)
+    ckpt.save(3, tiny_checkpoint(3))
+    found = ckpt.best_weights(3)
+    assert found is not None and found.path.name == "ckpt-00000003.pt" and found.skipped == []
+    ckpt.save_best(tiny_checkpoint(3))
+    found = ckpt.best_weights(3)
+    assert found is not None and found.path.name == "best.pt" and found.skipped == []
+
+
+def test_latest_good_lists_and_reports_each_newer_unusable_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    ckpt = CheckpointDir(tmp_path, keep_last=3)
+    for step in (1, 2):
+        ckpt.save(step, tiny_checkpoint(step))
+    found = ckpt.latest_good()
+    assert found is not None and found.path.name == "ckpt-00000002.pt" and found.skipped == []
+    bad = tmp_path / "ckpt-00000002.pt"
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.raises(UnusableCheckpoint) as err:
+        Checkpoint.load(bad)
+    assert str(err.value).startswith(f"{bad}: ")
+    reason = str(err.value)[len(f"{bad}: "):]  # the loader's reason without the path
+    assert "truncated or corrupted" in reason
+    capsys.readouterr()
+    found = ckpt.latest_good()
+    assert found is not None and found.path.name == "ckpt-00000001.pt"
+    assert found.skipped == [f"ckpt-00000002.pt: {reason}"]
+    assert capsys.readouterr().err == f"warning: skipping unusable checkpoint {bad}: {reason}\n"

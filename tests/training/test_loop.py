@@ -1,0 +1,887 @@
+"""Rules of one optimisation step: AMP, skipping, accumulation, clipping, schedules, scheduled
+sampling and bucketing."""
+from __future__ import annotations
+
+import copy
+import io
+import math
+import re
+import sys
+import typing
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional
+
+import seqcore.training.loop as loop_module
+from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
+from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.contract import IGNORE_INDEX, SpecialIds, pad_batch
+from seqcore.data.batching import BucketSampler, SamplerState
+from seqcore.data.examples import Example
+from seqcore.decoding.greedy import greedy
+from seqcore.losses import LossNorm, sequence_loss
+from seqcore.models.base import EncoderDecoder
+from seqcore.sequences import Batch, make_batch
+from seqcore.training.checkpoint import SCHEMA_VERSION, CheckpointDir, ledger_files
+from seqcore.training.distributed import World
+from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
+from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, autocast_context
+from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
+from seqcore.training.scheduled_sampling import mix_model_tokens
+from tests.factories import (
+    IDS,
+    S2S_SEED,
+    examples,
+    examples as toy_examples,
+    kill_after,
+    s2s_loop,
+    tiny_config,
+    tiny_model,
+)
+
+NOLS = SequenceConfig(label_smoothing=0.0)
+
+
+def trainer(tmp_path: Path, data: list[Example], **train: object) -> TrainLoop:
+    cfg = TrainConfig(**{"amp": "none", "batch_size": 2, "bucket_width": 100, "schedule": "constant",
+                         "lr": 1e-3, "warmup_steps": 0, "threads": 1, **train})
+    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16).train()
+    return TrainLoop(model, cfg, Seq2SeqFeed((data, []), IDS, NOLS, cfg),
+                     CheckpointDir(tmp_path / "ck", 2), {}, 16)
+
+
+def params_of(model: nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+# -- mixed precision and skipped steps -------------------------------------------------------
+
+
+def test_bf16_autocast_on_cpu_runs_in_bf16_and_steps(tmp_path: Path) -> None:
+    tr = trainer(tmp_path, examples(8), amp="bf16")
+    b = make_batch(examples(2), IDS)
+    with autocast_context("bf16", torch.device("cpu")):
+        assert tr.model(b.src, b.src_mask, b.tf.inputs).dtype == torch.bfloat16
+    before = params_of(tr.model)
+    row = tr.train_step()
+    assert math.isfinite(row.loss) and math.isfinite(row.grad_norm) and tr.state.skipped == 0
+    assert any(not torch.equal(a, p) for a, p in zip(before, tr.model.parameters()))
+
+
+def test_fp16_autocast_is_refused_on_cpu() -> None:
+    with pytest.raises(ValueError, match="fp16 needs CUDA"):
+        autocast_context("fp16", torch.device("cpu"))
+
+
+def test_non_finite_gradient_skips_the_step_counts_it_and_stops_after_the_limit(
+    tmp_path: Path,
+) -> None:
+    tr = trainer(tmp_path, examples(8), max_consecutive_skips=3)
+    with torch.no_grad():
+        next(tr.model.parameters()).fill_(math.nan)  # every gradient becomes NaN
+    before = params_of(tr.model)
+    for step in (1, 2):
+        row = tr.train_step()
+        assert math.isnan(row.grad_norm) and tr.state.skipped == step == row.skipped
+    assert all(torch.equal(a.nan_to_num(), p.nan_to_num()) for a, p in  # no step was taken
+               zip(before, tr.model.parameters()))
+    with pytest.raises(TooManySkippedSteps, match="3 non-finite gradient steps in a row"):
+        tr.train_step()
+
+
+# -- accumulation and clipping -----------------------------------------------------------------
+
+
+def big_batch_grads(model: nn.Module, data: list[Example]) -> list[torch.Tensor]:
+    """Reference: gradient of the token-mean loss of all examples in one padded batch."""
+    model = copy.deepcopy(model)
+    model.zero_grad()
+    b = make_batch(data, IDS)
+    out = sequence_loss(model(b.src, b.src_mask, b.tf.inputs), b.tf.labels, "token-mean", 0.0,
+                        (IDS.pad, IDS.bos))
+    (out.total / out.tokens).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def first_batches(data: list[Example], k: int) -> list[list[Example]]:
+    sampler = BucketSampler([len(ex.tgt) for ex in data], 2, 100, 1234)
+    return [[data[i] for i in sampler.next()] for _ in range(k)]
+
+
+def test_accumulated_micro_batches_give_the_big_batch_gradient_over_all_tokens(
+    tmp_path: Path,
+) -> None:
+    data = examples(8, seed=7)
+    micro = first_batches(data, 2)
+    assert make_batch(micro[0], IDS).tokens != make_batch(micro[1], IDS).tokens
+    tr = trainer(tmp_path, data, accum_steps=2, clip_norm=0.0)
+    ref = big_batch_grads(tr.model, micro[0] + micro[1])
+    row = tr.train_step()
+    for p, r in zip(tr.model.parameters(), ref):
+        torch.testing.assert_close(p.grad, r, rtol=1e-4, atol=1e-6)
+    assert row.tokens == sum(make_batch(m, IDS).tokens for m in micro)
+    # A mean of the two micro-batch means is a different (wrong) gradient here.
+    means = [big_batch_grads(copy.deepcopy(tr.model), m) for m in micro]
+    assert not all(torch.allclose((a + b) / 2, r, rtol=1e-3) for a, b, r in
+                   zip(*means, ref, strict=True))
+
+
+def test_clipping_scales_the_global_norm_once_after_all_micro_batches(tmp_path: Path) -> None:
+    data = examples(8, seed=7)
+    micro = first_batches(data, 2)
+    tr = trainer(tmp_path, data, accum_steps=2, clip_norm=0.01)
+    ref = big_batch_grads(tr.model, micro[0] + micro[1])
+    ref_norm = float(torch.linalg.vector_norm(torch.stack([r.norm() for r in ref])))
+    assert ref_norm > 0.01
+    row = tr.train_step()
+    assert row.grad_norm == pytest.approx(ref_norm, rel=1e-4)  # the logged norm is the pre-clip one
+    # Global-norm clipping keeps the direction: every gradient is scaled by the same factor
+    # (per-value clamping would not), and the clipped global norm is the threshold.
+    for p, r in zip(tr.model.parameters(), ref):
+        torch.testing.assert_close(p.grad, r * (0.01 / ref_norm), rtol=1e-3, atol=1e-8)
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in tr.model.parameters()]))
+    assert float(norm) == pytest.approx(0.01, rel=1e-3)
+
+
+# -- schedules and optimiser -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("step", "expected"), [(1, 0.125), (2, 0.25), (4, 0.5), (16, 0.25)])
+def test_noam_schedule_is_vaswani_eq3(step: int, expected: float) -> None:
+    # lr * d^-0.5 * min(step^-0.5, step * warmup^-1.5) with lr=2, d=4, warmup=4
+    assert learning_rate(step, "noam", 2.0, 4, 100, 4) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("schedule", "step", "warmup", "expected"), [
+    ("constant", 1, 2, 0.15), ("constant", 2, 2, 0.3), ("constant", 50, 2, 0.3),
+    ("cosine", 1, 2, 0.15), ("cosine", 6, 2, 0.15), ("cosine", 10, 2, 0.0),
+    ("cosine", 5, 0, 0.15),
+])
+def test_constant_and_cosine_schedules_warm_up_linearly(
+    schedule: str, step: int, warmup: int, expected: float,
+) -> None:
+    assert learning_rate(step, schedule, 0.3, warmup, 10, 4) == pytest.approx(expected, abs=1e-12)
+
+
+def test_adam_betas_and_eps_come_from_params(tmp_path: Path) -> None:
+    assert (TrainConfig().betas, TrainConfig().eps) == ((0.9, 0.98), 1e-9)
+    tr = trainer(tmp_path, examples(4), betas=(0.8, 0.9), eps=1e-6)
+    group = tr.opt.param_groups[0]
+    assert (group["betas"], group["eps"]) == ((0.8, 0.9), 1e-6)
+
+
+# -- scheduled sampling ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("schedule", "k", "cap", "step", "expected"), [
+    ("off", 10.0, 1.0, 50, 0.0),
+    ("linear", 10.0, 1.0, 0, 0.0), ("linear", 10.0, 1.0, 2, 0.2), ("linear", 10.0, 0.25, 5, 0.25),
+    ("exponential", 0.9, 1.0, 1, 0.1), ("exponential", 0.9, 1.0, 2, 0.19),
+    ("exponential", 0.9, 0.15, 2, 0.15),
+    ("inverse_sigmoid", 10.0, 1.0, 0, 1 / 11), ("inverse_sigmoid", 10.0, 1.0, 23.0259, 0.5),
+])
+def test_scheduled_sampling_probability_follows_bengio_2015_up_to_the_cap(
+    schedule: str, k: float, cap: float, step: float, expected: float,
+) -> None:
+    got = scheduled_sampling_probability(step, schedule, k, cap)  # type: ignore[arg-type]
+    assert got == pytest.approx(expected, abs=1e-5)
+
+
+class ConstantOracle(nn.Module):
+    """Predicts token 7 everywhere and records each call's decoder input and grad mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(12))
+        with torch.no_grad():
+            self.bias[7] = 5.0
+        self.calls: list[tuple[torch.Tensor, bool]] = []
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
+                ) -> torch.Tensor:
+        self.calls.append((tgt_in.clone(), torch.is_grad_enabled()))
+        return self.bias.expand(*tgt_in.shape, 12)  # (B, T, V)
+
+
+def test_scheduled_sampling_feeds_first_pass_predictions_and_keeps_true_labels() -> None:
+    data = examples(4)
+    feed = Seq2SeqFeed((data, []), IDS, NOLS, TrainConfig(batch_size=4, ss_choice="argmax"))
+    batch = feed.draw()
+    model = ConstantOracle()
+    out = feed.loss(model, batch, 1.0, torch.Generator().manual_seed(0))
+    (first, first_grad), (second, second_grad) = model.calls
+    assert torch.equal(first, batch.tf.inputs) and not first_grad and second_grad
+    eligible = batch.tf.mask.clone()
+    eligible[:, 0] = False
+    assert torch.equal(second, torch.where(eligible, torch.full_like(second, 7),
+                                           batch.tf.inputs))
+    ref = sequence_loss(model.bias.expand(*batch.tf.labels.shape, 12), batch.tf.labels,
+                        "token-mean", 0.0, (0, 2))
+    assert float(out.total.detach()) == pytest.approx(float(ref.total.detach()))
+    assert out.tokens == batch.tokens
+
+
+def test_scheduled_sampling_refuses_predictions_that_carry_gradient() -> None:
+    b = make_batch(examples(2), IDS)
+    preds = torch.zeros(b.tf.inputs.shape, requires_grad=True)
+    with pytest.raises(ValueError, match="detached"):
+        mix_model_tokens(b.tf, preds, 0.5, torch.Generator())
+
+
+# -- bucketing -----------------------------------------------------------------------------------
+
+
+def test_sampler_state_round_trips_and_replays_the_same_batches_across_epochs() -> None:
+    lengths = [len(ex.tgt) for ex in examples(10)]
+    a = BucketSampler(lengths, 3, 2, 5)
+    for _ in range(3):
+        a.next()
+    saved = SamplerState(a.state.epoch, a.state.cursor)
+    expected = [a.next() for _ in range(6)]  # crosses into epoch 1 (4 batches per epoch)
+    b = BucketSampler(lengths, 3, 2, 5)
+    b.load(saved)
+    assert [b.next() for _ in range(6)] == expected
+    assert a.state == b.state and a.state.epoch == 2
+
+
+def test_each_epoch_visits_every_example_once_in_length_buckets() -> None:
+    lengths = [len(ex.tgt) for ex in examples(30)]
+    s = BucketSampler(lengths, 4, 2, 9)
+    epoch = [s.next() for _ in range(8)]
+    assert sorted(i for b in epoch for i in b) == list(range(30))
+    buckets = [{lengths[i] // 2 for i in b} for b in epoch]
+    assert all(max(bk) - min(bk) <= 1 for bk in buckets)  # a cut spans at most two buckets
+    assert epoch != [s.next() for _ in range(8)]  # a new seeded order next epoch
+
+
+def test_every_batch_row_keeps_its_own_labels() -> None:
+    data = examples(12, seed=3)
+    feed = Seq2SeqFeed((data, []), IDS, NOLS, TrainConfig(batch_size=5, bucket_width=2))
+    for _ in range(6):
+        b = feed.draw()
+        for src, smask, labels in zip(b.src, b.src_mask, b.tf.labels):
+            expected = [t + 1 for t in src[smask].tolist()[::-1]] + [IDS.eos]
+            assert labels[labels >= 0].tolist() == expected
+
+
+# -- issue 32, third mutant tranche; was tests/test_pins_training.py ------------------------------
+
+CPU = torch.device("cpu")
+
+
+def plain_loop(tmp_path: Path, train: list[Example], dev: list[Example] | None = None,
+               seq: SequenceConfig = NOLS, world: World = World(), **overrides: object
+               ) -> TrainLoop:
+    """A tiny dropout-free run (so train and eval mode compute alike) with a dev set, as
+    rank ``world.rank`` of ``world.size``."""
+    cfg = TrainConfig(**{"seed": S2S_SEED, "amp": "none", "batch_size": 4, "bucket_width": 2,
+                         "max_steps": 4, "schedule": "constant", "lr": 1e-2, "warmup_steps": 0,
+                         "eval_every": 100, "checkpoint_every": 100, "ledger_every": 0,
+                         "keep_last": 2, "threads": 1, **overrides})
+    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
+    feed = Seq2SeqFeed((train, dev or []), IDS, seq, cfg)
+    return TrainLoop(model, cfg, feed, CheckpointDir(tmp_path / "ck", cfg.keep_last),
+                     {"task": "s2s"}, 16, world)
+
+
+def finish(loop: TrainLoop) -> None:
+    loop.run(lambda entry, tokens_per_s: None)
+
+
+# -- amp: autocast dtype and the grad scaler ---------------------------------------------------
+def test_amp_autocasts_to_the_dtype_it_names_and_refuses_fp16_off_cuda() -> None:
+    with pytest.raises(ValueError) as refused:
+        autocast_context("fp16", CPU)
+    assert str(refused.value) == "amp: fp16 needs CUDA; use bf16 on CPU"
+    with autocast_context("bf16", CPU):
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    # A CUDA device object needs no GPU: without one torch builds the context disabled, with
+    # the dtype it was given (CUDA's own default would be float16 for both).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for amp, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+            with autocast_context(amp, torch.device("cuda")):
+                assert torch.get_autocast_dtype("cuda") == dtype
+
+
+@pytest.mark.parametrize("amp", ["none", "bf16", "fp16"])
+def test_only_amp_fp16_runs_an_enabled_grad_scaler(tmp_path: Path, amp: str) -> None:
+    loop = plain_loop(tmp_path, examples(4), amp=amp)
+    assert loop.scaler.is_enabled() == (amp == "fp16")
+    # torch's documented default initial scale 2**16; a disabled scaler saves no state
+    assert loop.checkpoint().scaler == ({} if amp != "fp16" else {
+        "scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+        "growth_interval": 2000, "_growth_tracker": 0})
+
+
+# -- the optimiser params name -----------------------------------------------------------------
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_adamw_decays_weights_apart_from_the_gradient_and_adam_adds_the_decay_to_it(
+    tmp_path: Path, optimizer: str,
+) -> None:
+    lr, wd = 0.1, 0.5
+    loop = plain_loop(tmp_path, examples(4), optimizer=optimizer, weight_decay=wd)
+    params = list(loop.model.parameters())
+    before = [p.detach().clone() for p in params]
+    for group in loop.opt.param_groups:
+        group["lr"] = lr
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    loop.opt.step()
+    for p, w in zip(params, before, strict=True):
+        if optimizer == "adamw":  # Loshchilov & Hutter: w <- w (1 - lr wd), then Adam on g = 0
+            expected = w * (1 - lr * wd)
+        else:  # L2 in the gradient: g = wd w, and Adam's first step moves by lr g / (|g| + eps)
+            g = wd * w
+            expected = w - lr * g / (g.abs() + 1e-9)
+        torch.testing.assert_close(p.detach(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_too_many_skipped_steps_says_what_to_change(tmp_path: Path) -> None:
+    loop = plain_loop(tmp_path, examples(4), max_consecutive_skips=1)
+    with torch.no_grad():
+        next(loop.model.parameters()).fill_(math.nan)
+    with pytest.raises(TooManySkippedSteps) as stopped:
+        loop.train_step()
+    assert str(stopped.value) == (
+        "1 non-finite gradient steps in a row at step 1 (train.max_consecutive_skips=1); "
+        "lower train.lr, check the data, or use amp: none")
+
+
+def test_scheduled_sampling_draws_from_the_loops_generator_never_the_global_one(
+    tmp_path: Path,
+) -> None:
+    # inverse sigmoid with k = 1 feeds a model token with probability 1 / (1 + e^0) = 1/2
+    loop = plain_loop(tmp_path, examples(4), ss_schedule="inverse_sigmoid", ss_k=1.0,
+                      ss_cap=1.0, ss_choice="sample")
+    global_before, own_before = torch.get_rng_state(), loop.gen.get_state()
+    assert loop.train_step().ss_prob == pytest.approx(0.5)
+    assert torch.equal(torch.get_rng_state(), global_before)
+    assert not torch.equal(loop.gen.get_state(), own_before)
+
+
+@pytest.mark.parametrize("rank", [0, 1, 3])
+def test_scheduled_sampling_seeds_its_generator_per_rank_by_the_stated_rule(
+    tmp_path: Path, rank: int,
+) -> None:
+    # docs/scale-out.md: train.seed + 1 + 7919 x rank (rank 0 = the single process)
+    loop = plain_loop(tmp_path, examples(4), world=World(rank=rank, size=4, backend="gloo"))
+    assert loop.gen.initial_seed() == S2S_SEED + 1 + 7919 * rank
+
+
+# -- evaluation, the best checkpoint and the ledger ----------------------------------------------
+def dev_token_nll(model: torch.nn.Module, dev: list[Example]) -> float:
+    """Summed NLL per label token of the dev pairs, one pair at a time (no padding)."""
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for ex in dev:
+            b = make_batch([ex], IDS)
+            labels = b.tf.labels[0]
+            keep = labels != IGNORE_INDEX
+            logits = model(b.src, b.src_mask, b.tf.inputs)[0]
+            total += float(functional.cross_entropy(logits[keep], labels[keep], reduction="sum"))
+            count += int(keep.sum())
+    return total / count
+
+
+def test_dev_nll_every_eval_every_steps_and_the_first_of_equal_bests_is_kept(
+    tmp_path: Path,
+) -> None:
+    dev = examples(3, seed=11)
+    # lr 0: the weights never move, so both evaluations give the same dev NLL (a tie)
+    loop = plain_loop(tmp_path, examples(8), dev, lr=0.0, eval_every=2, max_steps=4,
+                      select="best_dev")
+    expected = dev_token_nll(tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7), dev)
+    finish(loop)
+    nll = [e.dev_nll for e in loop.state.history]
+    assert [math.isnan(v) for v in nll] == [True, False, True, False]
+    assert nll[1] == nll[3] == pytest.approx(expected, rel=1e-5)
+    assert (loop.state.best_dev, loop.state.best_step) == (nll[1], 2)
+    best = loop.ckpt.best_weights(2)
+    assert best is not None and best.path.name == "best.pt" and best.checkpoint.step == 2
+
+    last = plain_loop(tmp_path / "last", examples(8), dev, eval_every=2, max_steps=2)
+    finish(last)
+    assert math.isfinite(last.state.history[-1].dev_nll)
+    assert not (last.ckpt.root / "best.pt").exists()  # select: last writes no best.pt
+
+
+def test_ledger_every_one_keeps_the_state_after_every_step(tmp_path: Path) -> None:
+    loop = plain_loop(tmp_path, examples(8), ledger_every=1, max_steps=3)
+    finish(loop)
+    assert [p.name for p in ledger_files(loop.ckpt.ledger)] == [
+        f"ckpt-{s:08d}.pt" for s in (1, 2, 3)]
+
+
+# -- the console: progress bar and throughput -----------------------------------------------------
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal, keeping what is drawn on it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_on_a_terminal_counts_steps_from_the_resumed_one_with_the_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kill_after(s2s_loop(tmp_path, 4), 2)
+    loop = s2s_loop(tmp_path, 4)
+    loop.resume()
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    finish(loop)
+    drawn = terminal.getvalue()
+    first, final = drawn.split("\r")[1], drawn.rstrip("\n").split("\r")[-1]  # redrawn in place
+    assert "| 2/4 [" in first and "| 4/4 [" in final  # past the total tqdm would drop "/4"
+    assert re.search(r"[\d?]step/s|s/step\b", final)
+    assert f"loss={loop.state.history[-1].loss:.3f}" in final
+    assert re.search(r"tok_s=\d+\]", final)
+
+
+def test_no_progress_bar_is_drawn_when_stderr_is_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture,
+) -> None:
+    finish(plain_loop(tmp_path, examples(8), max_steps=2))
+    assert capsys.readouterr().err == ""
+
+
+def test_each_step_reports_its_tokens_per_second_of_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ticks = iter(100.0 + 0.25 * i for i in range(1000))  # each clock read is 0.25 s later
+    monkeypatch.setattr(loop_module, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    seen: list[tuple[int, float]] = []
+    loop = plain_loop(tmp_path, examples(8), max_steps=2)
+    loop.run(lambda entry, tokens_per_s: seen.append((entry.tokens, tokens_per_s)))
+    assert len(seen) == 2
+    assert all(rate == tokens / 0.25 for tokens, rate in seen)  # one step between two reads
+
+
+# -- one step: counters, log and the checkpoint's fields -----------------------------------------
+
+
+def record_indices(loop: TrainLoop) -> list[list[int]]:
+    """The example indices of every batch the loop's sampler hands out from now on."""
+    drawn: list[list[int]] = []
+    sampler = loop.feed.sampler  # type: ignore[attr-defined]
+    draw_next = sampler.next
+
+    def recording() -> list[int]:
+        drawn.append(draw_next())
+        return drawn[-1]
+    sampler.next = recording
+    return drawn
+
+
+def test_a_single_process_checkpoint_holds_every_field_in_order_with_its_value(
+    tmp_path: Path,
+) -> None:
+    data = examples(12, seed=3, lengths=(1, 5))  # s2s_loop's data: 3 batches of 4 an epoch
+    loop = s2s_loop(tmp_path, 5)
+    drawn = record_indices(loop)
+    logged = [loop.train_step() for _ in range(2)]
+    tokens = [sum(len(data[i].tgt) + 1 for i in batch) for batch in drawn]  # EOS labelled
+    assert [(r.step, r.epoch, r.tokens, r.skipped) for r in logged] == [
+        (1, 0, tokens[0], 0), (2, 0, tokens[1], 0)]
+    assert all(math.isnan(r.dev_nll) for r in logged)  # no evaluation step
+    payload = loop.checkpoint().payload
+    assert list(payload) == ["world", "schema", "model", "optimizer", "scaler", "schedule",
+                             "data", "generator", "rng", "state", "history", "contract"]
+    assert payload["world"] == {"size": 1, "backend": "none", "device_kind": "cpu"}
+    assert payload["schema"] == SCHEMA_VERSION
+    assert payload["schedule"] == {"name": "constant", "step": 2}
+    # two of the epoch's three batches drawn; a checkpoint is never inside an accumulation
+    assert payload["data"] == {"epoch": 0, "cursor": 2, "seed": S2S_SEED, "micro": 0}
+    assert payload["state"] == {"step": 2, "tokens": sum(tokens), "skipped": 0,
+                                "consecutive_skips": 0, "best_dev": math.inf, "best_step": 0,
+                                "select": "last"}
+    assert torch.equal(payload["generator"], loop.gen.get_state())
+    assert payload["contract"] == {"task": "s2s"}
+
+
+def test_sequence_mean_over_a_single_sequence_divides_its_loss_by_one(tmp_path: Path) -> None:
+    seq = SequenceConfig(label_smoothing=0.0, loss_norm="sequence-mean")
+    data = examples(3, seed=4, lengths=(2, 4))
+    loop = plain_loop(tmp_path, data, seq=seq, batch_size=1, bucket_width=100)
+    twin = Seq2SeqFeed((data, []), IDS, seq, loop.cfg)  # the same seeded sampler
+    b = twin.draw()
+    with torch.no_grad():
+        logits = loop.model(b.src, b.src_mask, b.tf.inputs)[0]  # (T, V)
+    labels = b.tf.labels[0]
+    keep = labels != IGNORE_INDEX
+    expected = float(functional.cross_entropy(logits[keep], labels[keep]))  # the sequence's token mean
+    assert loop.train_step().loss == pytest.approx(expected, rel=1e-5)
+
+
+# -- known answers at the call sites (rule 16); was tests/test_known_answers.py -------------------
+
+# -- 1. the learning rate the optimiser used ------------------------------------------------
+
+#: The run every schedule is checked on: 8 steps, 4 of them warmup, d_model 16 (tiny_model).
+STEPS, WARMUP, D_MODEL = 8, 4, 16
+
+
+def formula_lr(schedule: str, t: int, lr: float, warmup: int, total: int, d_model: int) -> float:
+    """The schedules as written in docs and papers, at 1-based step ``t``.
+
+    noam: Vaswani et al. 2017 eq. 3 scaled by ``lr``; constant and cosine: linear warmup from
+    lr/warmup at step 1 to lr at step ``warmup``, then constant, or a half cosine to 0 at
+    ``total``.
+    """
+    if schedule == "noam":
+        return lr * d_model**-0.5 * min(t**-0.5, t * max(warmup, 1) ** -1.5)
+    if warmup and t <= warmup:
+        return lr * t / warmup
+    if schedule == "constant":
+        return lr
+    return lr * 0.5 * (1 + math.cos(math.pi * (t - warmup) / (total - warmup)))
+
+
+#: Hand-worked values at step 1, the last warmup step (4), warmup+1 (5) and the last step (8).
+#: noam, lr 1, d 16 (16^-0.5 = 1/4), warmup 4 (4^-1.5 = 1/8):
+#:   t=1: 1/4 * min(1, 1/8) = 1/32;  t=4: 1/4 * min(1/2, 4/8) = 1/8;
+#:   t=5: 1/4 * min(5^-0.5, 5/8) = 1/(4 sqrt 5);  t=8: 1/4 * 8^-0.5 = 1/(8 sqrt 2).
+#: constant, lr 0.01: 0.01 * 1/4, then 0.01 from step 4 on.
+#: cosine, lr 0.01: 0.01 * 1/4; 0.01; 0.01 * (1 + cos(pi/4)) / 2; 0.01 * (1 + cos(pi)) / 2 = 0.
+HAND_LR = {
+    "noam": (1.0, {1: 1 / 32, 4: 1 / 8, 5: 1 / (4 * math.sqrt(5)), 8: 1 / (8 * math.sqrt(2))}),
+    "constant": (0.01, {1: 0.0025, 4: 0.01, 5: 0.01, 8: 0.01}),
+    "cosine": (0.01, {1: 0.0025, 4: 0.01, 5: 0.01 * (0.5 + math.sqrt(2) / 4), 8: 0.0}),
+}
+
+
+def test_schedule_table_covers_every_schedule_the_config_allows() -> None:
+    assert set(HAND_LR) == set(typing.get_args(typing.get_type_hints(TrainConfig)["schedule"]))
+
+
+def run_recording_lr(tmp_path: Path, schedule: str, lr: float, warmup: int
+                     ) -> tuple[list[float], list[float], float]:
+    """Train the tiny model STEPS steps; returns the lr of every param group as the optimiser
+    stepped, the logged lr of each step, and the largest parameter move of step 1."""
+    cfg = TrainConfig(amp="none", batch_size=4, max_steps=STEPS, schedule=schedule, lr=lr,
+                      warmup_steps=warmup, threads=1, eval_every=100, checkpoint_every=100)
+    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16).train()
+    feed = Seq2SeqFeed((examples(16), []), IDS, SequenceConfig(), cfg)
+    loop = TrainLoop(model, cfg, feed, CheckpointDir(tmp_path / "ck", 1), {}, D_MODEL)
+    used: list[float] = []
+    first_move: list[float] = []
+    optimiser_step = loop.opt.step
+
+    def recording_step(*args: Any, **kwargs: Any) -> Any:
+        groups = {g["lr"] for g in loop.opt.param_groups}
+        assert len(groups) == 1  # one rate for every group
+        used.append(groups.pop())
+        before = [p.detach().clone() for p in model.parameters()]
+        out = optimiser_step(*args, **kwargs)
+        if len(used) == 1:
+            first_move.append(max(float((p.detach() - b).abs().max())
+                                  for p, b in zip(model.parameters(), before)))
+        return out
+
+    loop.opt.step = recording_step  # type: ignore[method-assign]
+    state = loop.run(lambda entry, tokens_per_s: None)
+    return used, [h.lr for h in state.history], first_move[0]
+
+
+@pytest.mark.parametrize("schedule", sorted(HAND_LR))
+def test_optimiser_uses_the_scheduled_lr_at_each_step_not_one_step_late(
+        tmp_path: Path, schedule: str) -> None:
+    lr, hand = HAND_LR[schedule]
+    used, logged, move = run_recording_lr(tmp_path, schedule, lr, WARMUP)
+    assert len(used) == STEPS  # every step was taken (none skipped)
+    for t, value in hand.items():
+        assert used[t - 1] == pytest.approx(value, rel=1e-12, abs=1e-15), (schedule, t)
+    for t in range(1, STEPS + 1):
+        assert used[t - 1] == pytest.approx(
+            formula_lr(schedule, t, lr, WARMUP, STEPS, D_MODEL), rel=1e-12, abs=1e-15), t
+    assert logged == used  # the train log reports the rate that was used
+    # Adam's first (bias-corrected) update is lr * g / (|g| + eps): a move of lr exactly
+    # wherever |g| >> eps, so the largest move of step 1 is the step-1 rate.
+    assert move == pytest.approx(hand[1], rel=1e-3)
+
+
+@pytest.mark.parametrize("schedule", sorted(HAND_LR))
+def test_without_warmup_the_first_step_already_follows_the_schedule(
+        tmp_path: Path, schedule: str) -> None:
+    lr = HAND_LR[schedule][0]
+    used, _, _ = run_recording_lr(tmp_path, schedule, lr, 0)
+    # by hand: noam (warmup counts as 1) lr/4 * t^-0.5; constant lr; cosine lr(1+cos(pi t/8))/2
+    hand = {"noam": [lr / 4 * t**-0.5 for t in range(1, STEPS + 1)],
+            "constant": [lr] * STEPS,
+            "cosine": [lr * (1 + math.cos(math.pi * t / STEPS)) / 2
+                       for t in range(1, STEPS + 1)]}[schedule]
+    assert used == pytest.approx(hand, rel=1e-12, abs=1e-15)
+
+
+# -- 2. scheduled sampling feeds the previous position's prediction --------------------------
+
+#: The oracle's choice at decoder position t: 4 + t (a different token at every position).
+def oracle_choice(t: int) -> int:
+    return 4 + t
+
+
+class PositionOracle(EncoderDecoder):
+    """Predicts token ``oracle_choice(t)`` at position t whatever the inputs, by a margin of
+    10 logits; records every decoder input it is given."""
+
+    def __init__(self, vocab: int = 12) -> None:
+        super().__init__()
+        self.vocab = vocab
+        self.bias = nn.Parameter(torch.zeros(vocab))  # something for the optimiser to step
+        self.calls: list[torch.Tensor] = []
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any:
+        return src
+
+    def decode(self, tgt_in: torch.Tensor, memory: Any) -> torch.Tensor:
+        self.calls.append(tgt_in.detach().clone())
+        b, t = tgt_in.shape
+        table = torch.zeros(t, self.vocab)
+        table[torch.arange(t), torch.tensor([oracle_choice(i) for i in range(t)])] = 10.0
+        return table.expand(b, t, self.vocab) + self.bias  # (B, T, V)
+
+    def start(self, memory: Any) -> Any:
+        raise NotImplementedError
+
+    def step(self, tokens: torch.Tensor, memory: Any, state: Any) -> tuple[torch.Tensor, Any]:
+        raise NotImplementedError
+
+
+def test_scheduled_sampling_feeds_the_previous_positions_prediction_after_bos(
+        tmp_path: Path) -> None:
+    # Gold inputs BOS 10 11 10 and BOS 11 PAD PAD; the oracle predicts 4 5 6 7 at positions
+    # 0..3, so input t+1 becomes the prediction at t: BOS 4 5 6 and BOS 4 PAD PAD (PAD stays).
+    # Unshifted predictions would give BOS 5 6 7 / BOS 5 PAD PAD.
+    data = [Example("a", "a", "", "", [4, 5], [10, 11, 10], True),
+            Example("b", "b", "", "", [6], [11], True)]
+    expected = {(IDS.bos, 10, 11, 10): [IDS.bos, 4, 5, 6],
+                (IDS.bos, 11, IDS.pad, IDS.pad): [IDS.bos, 4, IDS.pad, IDS.pad]}
+    # linear with k = 1 and cap 1: probability 1 (every eligible input replaced) from the
+    # second step on, whichever step the schedule counts from
+    cfg = TrainConfig(amp="none", batch_size=2, bucket_width=100, max_steps=2, lr=1e-6,
+                      schedule="constant", warmup_steps=0, threads=1, ss_schedule="linear",
+                      ss_k=1.0, ss_cap=1.0, ss_choice="argmax", eval_every=100,
+                      checkpoint_every=100)
+    model = PositionOracle()
+    loop = TrainLoop(model, cfg, Seq2SeqFeed((data, []), IDS, SequenceConfig(), cfg),
+                     CheckpointDir(tmp_path / "ck", 1), {}, 16)
+    state = loop.run(lambda entry, tokens_per_s: None)
+    assert state.history[-1].ss_prob == 1.0
+    gold, mixed = model.calls[-2], model.calls[-1]  # the last step's two passes
+    assert sorted(map(tuple, gold.tolist())) == sorted(expected)  # first pass: teacher forced
+    for g, m in zip(gold.tolist(), mixed.tolist()):
+        assert m == expected[tuple(g)]
+
+
+# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
+
+def test_each_logged_step_names_the_epoch_its_cursor_stood_in_when_the_step_began(
+        tmp_path: Path) -> None:
+    # 12 pairs, 4 a batch, 3 batches an epoch: the cursor moves to the next epoch when a step
+    # draws past the last batch, so the step that starts an epoch logs the one before it
+    # (docs/training.md; the committed logs were written so)
+    from tests.factories import s2s_loop  # noqa: PLC0415
+
+    loop = s2s_loop(tmp_path, 7)
+    loop.resume()
+    logged: list[int] = []
+    loop.run(lambda entry, tokens_per_s: logged.append(entry.epoch))
+    assert logged == [0, 0, 0, 0, 1, 1, 1]
+
+
+# -- rules checked where they take effect; was tests/test_callsites.py ----------------------------
+
+#: Special ids at the top of the vocabulary: a call site that hard-codes 0..3 gets them wrong.
+HIGH_IDS = SpecialIds(pad=8, unk=9, bos=10, eos=11)
+
+
+#: One layer each way and 16 positions: the smallest Transformer these rules need.
+SMALL = {"enc_layers": 1, "dec_layers": 1, "max_len": 16}
+
+
+def callsite_trainer(tmp_path: Path, data: list[Example], seq: SequenceConfig, dev: list[Example] = (),
+            model: nn.Module | None = None, ids: SpecialIds = IDS, **train: object) -> TrainLoop:
+    cfg = TrainConfig(**{"amp": "none", "batch_size": 2, "bucket_width": 100, "schedule": "constant",
+                         "lr": 1e-3, "warmup_steps": 0, "threads": 1, "clip_norm": 0.0, **train})
+    return TrainLoop(model or tiny_model(pad=ids.pad, **SMALL).train(), cfg,
+                     Seq2SeqFeed((data, list(dev)), ids, seq, cfg),
+                     CheckpointDir(tmp_path / "ck", 2), {}, 16)
+
+
+def drawn_batches(data: list[Example], k: int, ids: SpecialIds = IDS) -> list[Batch]:
+    """The first k micro-batches the feed draws (its sampler, seeded as in TrainConfig)."""
+    sampler = BucketSampler([len(ex.tgt) for ex in data], 2, 100, TrainConfig().seed)
+    return [make_batch([data[i] for i in sampler.next()], ids) for _ in range(k)]
+
+
+def smoothed_token_losses(
+    logp: torch.Tensor, labels: torch.Tensor, eps: float, ids: SpecialIds = IDS,
+) -> list[torch.Tensor]:
+    """Per sequence, the token losses written out: q(k) = (1 - eps)[k = y] + eps / K over the
+    K ids other than PAD and BOS, q(PAD) = q(BOS) = 0; token loss -sum_k q(k) log p(k).
+
+    Args:
+        logp: (B, T, V) log-probabilities; labels: (B, T), IGNORE_INDEX where unlabelled.
+    """
+    q = torch.full((logp.shape[-1],), eps / (logp.shape[-1] - 2))
+    q[[ids.pad, ids.bos]] = 0.0
+    out = []
+    for row in range(labels.shape[0]):
+        losses = []
+        for t in range(labels.shape[1]):
+            y = int(labels[row, t])
+            if y != IGNORE_INDEX:
+                target = q.clone()
+                target[y] += 1 - eps
+                losses.append(-(target * logp[row, t]).sum())
+        if losses:
+            out.append(torch.stack(losses))
+    return out
+
+
+def hand_loss(model: nn.Module, batches: list[Batch], eps: float, norm: LossNorm,
+              ids: SpecialIds = IDS) -> torch.Tensor:
+    """The step's loss, normalised over the tokens (or sequences) of *all* micro-batches."""
+    per_seq: list[torch.Tensor] = []
+    for b in batches:
+        logp = torch.log_softmax(model(b.src, b.src_mask, b.tf.inputs).float(), -1)  # (B, T, V)
+        per_seq += smoothed_token_losses(logp, b.tf.labels, eps, ids)
+    tokens = sum(len(s) for s in per_seq)
+    if norm == "token-mean":
+        return torch.cat(per_seq).sum() / tokens
+    if norm == "sequence-mean":
+        return torch.stack([s.mean() for s in per_seq]).sum() / len(per_seq)
+    return torch.cat(per_seq).sum()
+
+
+@pytest.mark.parametrize("ids", [IDS, HIGH_IDS], ids=["ids0123", "ids_high"])
+@pytest.mark.parametrize("norm", ["token-mean", "sequence-mean", "sum"])
+def test_loop_minimises_the_smoothed_loss_without_pad_or_bos_mass_over_the_whole_step(
+    tmp_path: Path, norm: LossNorm, ids: SpecialIds,
+) -> None:
+    low = 4 if ids == IDS else 0
+    data = examples(8, seed=7, low=low, high=low + 6)
+    tr = callsite_trainer(tmp_path, data, SequenceConfig(loss_norm=norm, label_smoothing=0.2),
+                 ids=ids, accum_steps=2)
+    reference = copy.deepcopy(tr.model)
+    batches = drawn_batches(data, 2, ids)
+    assert batches[0].tokens != batches[1].tokens  # unequal micro-batches: the mean matters
+    expected = hand_loss(reference, batches, 0.2, norm, ids)
+    expected.backward()
+    row = tr.train_step()
+    assert row.loss == pytest.approx(float(expected.detach()), rel=1e-5)  # the logged loss
+    for p, r in zip(tr.model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-7)  # what is minimised
+
+
+def test_clip_comes_after_unscale_with_an_enabled_grad_scaler(tmp_path: Path) -> None:
+    data = examples(8, seed=7, high=10)
+    tr = callsite_trainer(tmp_path, data, SequenceConfig(label_smoothing=0.0), clip_norm=0.01)
+    tr.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)  # fp16's scaler, enabled
+    assert tr.scaler.is_enabled()
+    reference = copy.deepcopy(tr.model)
+    hand_loss(reference, drawn_batches(data, 1), 0.0, "token-mean").backward()
+    ref = [r.grad for r in reference.parameters()]
+    ref_norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in ref])))
+    assert ref_norm > 0.01
+    row = tr.train_step()
+    # The logged pre-clip norm is the unscaled one, and clipping scaled the unscaled
+    # gradient to the threshold (clipping first would clip the 4096x gradient instead).
+    assert row.grad_norm == pytest.approx(ref_norm, rel=1e-4)
+    for p, r in zip(tr.model.parameters(), ref, strict=True):
+        torch.testing.assert_close(p.grad, r * (0.01 / ref_norm), rtol=1e-3, atol=1e-9)
+
+
+# -- eval mode in every no-gradient pass behind a reported number ------------------------------
+def dropout_modes(model: nn.Module) -> list[bool]:
+    """Record ``training`` of every dropout module at each call (forward pre-hooks)."""
+    seen: list[bool] = []
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.register_forward_pre_hook(lambda mod, args: seen.append(mod.training))
+    return seen
+
+
+def eval_nll(model: nn.Module, data: list[Example]) -> float:
+    m = copy.deepcopy(model).eval()
+    b = make_batch(data, IDS)
+    with torch.no_grad():
+        logp = torch.log_softmax(m(b.src, b.src_mask, b.tf.inputs), -1)
+    valid = b.tf.labels != IGNORE_INDEX
+    return float(-logp.gather(-1, b.tf.labels.clamp(min=0)[..., None])[..., 0][valid].sum())
+
+
+def test_dev_nll_of_the_training_loop_runs_with_dropout_off(tmp_path: Path) -> None:
+    dev = examples(5, seed=3, high=10)
+    tr = callsite_trainer(tmp_path, examples(8, high=10), SequenceConfig(), dev=dev,
+                 model=tiny_model(dropout=0.5, **SMALL).train(),
+                 max_steps=1, eval_every=1, checkpoint_every=1)
+    rows: list[StepLog] = []
+    seen = dropout_modes(tr.model)
+    tr.run(lambda entry, tokens_per_s: rows.append(entry))
+    assert tr.model.training  # training continues in train mode after the dev pass
+    assert seen and seen[-1] is False  # the last forward was the dev pass
+    total, count = tr.feed.dev_nll(tr.model)
+    assert rows[0].dev_nll == pytest.approx(eval_nll(tr.model, dev) / count, rel=1e-5)
+    assert total == pytest.approx(eval_nll(tr.model, dev), rel=1e-5)
+
+
+# -- loss rules; was tests/test_losses.py ---------------------------------------------------------
+
+def grads(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("norm", ("token-mean", "sequence-mean"))
+def test_loss_normalisation_trainer_accumulation_equals_one_big_batch(
+    norm: str, ids: SpecialIds, tmp_path: Path
+) -> None:
+    """The real training step: 3 micro-batches of 2 give the gradient of one batch of 6."""
+    examples = toy_examples(6, seed=7, high=12, shift=0, lengths=(2, 5), reverse=False)
+    seq = SequenceConfig(loss_norm=norm)
+    found = []
+    for batch_size, accum in ((6, 1), (2, 3)):
+        model = tiny_model("transformer").train()
+        cfg = TrainConfig(amp="none", batch_size=batch_size, accum_steps=accum, clip_norm=0.0, max_steps=1,
+                          schedule="constant", lr=0.0, bucket_width=1)
+        trainer = TrainLoop(model, cfg, Seq2SeqFeed((examples, []), ids, seq, cfg),
+                            CheckpointDir(tmp_path / f"c{accum}", 1), {}, 16)
+        trainer.train_step()
+        found.append(grads(model))
+    for got, want in zip(found[1], found[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- model rules; was tests/models/test_rules_models.py -------------------------------------------
+
+VOCAB = 12
+
+
+@pytest.mark.parametrize("family", ("gru", "lstm", "transformer"))
+def test_every_family_trains_by_changing_only_model_family(family: str, tmp_path: Path,
+                                                           ids: SpecialIds) -> None:
+    model = tiny_model(family).train()
+    cfg = TrainConfig(amp="none", batch_size=8, max_steps=20, schedule="constant", lr=0.02, warmup_steps=1,
+                      eval_every=20, checkpoint_every=20, bucket_width=8)
+    ex = examples(40, seed=7, high=VOCAB, shift=0, lengths=(2, 5), reverse=False)
+    trainer = TrainLoop(model, cfg, Seq2SeqFeed((ex, ex[:8]), ids, SequenceConfig(), cfg),
+                        CheckpointDir(tmp_path / "ckpt", 1), {"family": family}, 16)
+    before = teacher_forced_nll(model, ex, ids, 40)
+    trainer.run(lambda entry, tokens_per_s: None)
+    after = teacher_forced_nll(model, ex, ids, 40)
+    assert after[0] / after[1] < 0.85 * before[0] / before[1], (before, after)
+    # The model file rebuilds the same family and decodes with the cached interface.
+    info = ModelInfo(tiny_config(family), VOCAB, VOCAB, ids.pad, 64)
+    meta = ModelMeta("sig", 20, "last", 20, 0, None, {})
+    ModelFile(model.state_dict(), meta, info).save(tmp_path / "model.pt")
+    loaded = ModelFile.load(tmp_path / "model.pt").build()
+    assert type(loaded) is type(model)
+    src, mask = pad_batch([[4, 5, 6]], ids.pad)
+    assert len(greedy(loaded, src, mask, ids, max_len=6)) == 1
