@@ -112,7 +112,7 @@ def log_comparison(a_name: str, b_name: str, text: str, data: dict, cfg: Config,
     """
     import mlflow  # noqa: PLC0415 (slow import)
 
-    from pipeline.record import tracking_uri  # noqa: PLC0415
+    from pipeline.record import tracking_uri  # noqa: PLC0415 (only for a run id)
 
     named = [target] if target else [n for n in (a_name, b_name) if RUN_ID.match(n)]
     if not named:

@@ -30,7 +30,7 @@ def _parse_yaml12(text: str) -> Any:
     """The parse, once per text: the audit reads one dvc.lock (40 kB) four times. DVC's own
     loader (``typ="safe"``): libyaml's C parser when ruamel.yaml.clib is installed (it is
     locked), ruamel's resolver (YAML 1.2) either way."""
-    from ruamel.yaml import YAML  # noqa: PLC0415
+    from ruamel.yaml import YAML  # noqa: PLC0415 (only when a DVC file is parsed)
 
     return YAML(typ="safe").load(text)
 

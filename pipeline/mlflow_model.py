@@ -56,8 +56,8 @@ class SeqcoreModel(PythonModel):
 
     def load_context(self, context: Any) -> None:
         # imported here: MLflow puts the bundled library on the path before loading
-        from seqcore.config import config_from_dict  # noqa: PLC0415
-        from seqcore.predictor import Predictor, Rescoring  # noqa: PLC0415
+        from seqcore.config import config_from_dict  # noqa: PLC0415 (see above)
+        from seqcore.predictor import Predictor, Rescoring  # noqa: PLC0415 (see above)
 
         # the one artifact (pipeline/registry.py packed_folder): the model file and its
         # sidecar, the tokenizer contract and models, decode.json, and under rescoring the
@@ -75,7 +75,7 @@ class SeqcoreModel(PythonModel):
         self.predictor = Predictor.load(folder / "model.pt", folder / "contract.json", decode,
                                         rescoring)
 
-    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 (MLflow's)
         """The answers to ``model_input`` (see the module docstring)."""
         answers = self.predictor.answer(sources(model_input))
         return pd.DataFrame({"source": [a.source for a in answers],

@@ -187,10 +187,10 @@ def log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -
 
 def _log_model(client: Any, record: RunRecord, run_id: str, experiment_id: str) -> str | None:
     import mlflow  # noqa: PLC0415 (slow import, only when logging)
-    import pandas as pd  # noqa: PLC0415
-    from mlflow.entities import LoggedModelOutput  # noqa: PLC0415
-    from mlflow.models import ModelSignature  # noqa: PLC0415
-    from mlflow.types import ColSpec, Schema  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415 (slow import, only when logging)
+    from mlflow.entities import LoggedModelOutput  # noqa: PLC0415 (slow import, only when logging)
+    from mlflow.models import ModelSignature  # noqa: PLC0415 (slow import, only when logging)
+    from mlflow.types import ColSpec, Schema  # noqa: PLC0415 (slow import, only when logging)
 
     model = record.model
     assert model is not None

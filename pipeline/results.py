@@ -62,7 +62,7 @@ def _from_revision(name: str, rev: str, relative: str, origin: str, failing: str
 def _from_run(name: str, cfg: Config, relative: str) -> Result:
     import mlflow  # noqa: PLC0415 (slow import)
 
-    from pipeline.record import tracking_uri  # noqa: PLC0415
+    from pipeline.record import tracking_uri  # noqa: PLC0415 (only for a run id)
 
     uri = tracking_uri(cfg.mlflow.tracking_uri)
     try:
@@ -86,7 +86,7 @@ def _from_run(name: str, cfg: Config, relative: str) -> Result:
 
 def _from_run_lock(name: str, uri: str, relative: str) -> Result:
     """The predictions file the run's logged ``dvc.lock`` records, from the local DVC cache."""
-    import mlflow  # noqa: PLC0415
+    import mlflow  # noqa: PLC0415 (slow: only for a run id)
     from dvc.repo import Repo  # noqa: PLC0415 (slow import; the library never imports dvc)
 
     folder, file = relative.rsplit("/", 1)

@@ -23,7 +23,7 @@ def param_text(value: Any) -> str:
 def baseline_params(rev: str) -> dict[str, Any]:
     """The result params (seqcore.signature.result_params) of ``rev``'s params.yaml with
     defaults filled in ({} if unreadable)."""
-    import yaml  # noqa: PLC0415
+    import yaml  # noqa: PLC0415 (only for a committed params.yaml)
 
     res = subprocess.run(["git", "show", f"{rev}:params.yaml"], capture_output=True, text=True,
                          check=False)

@@ -115,7 +115,7 @@ def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any)
 def tokenizer_contract(cfg: Config) -> TokenizerContract:
     """The tokenizer stage's contract (read once per stage and passed on)."""
     # imported here: the class pulls in torch, which fetch, prepare and validate never need
-    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415 (see above)
 
     return TokenizerContract.load(cfg.paths.tokenizer_contract)
 

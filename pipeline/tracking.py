@@ -48,8 +48,8 @@ def artifact_location(uri: str, experiment: str) -> str | None:
 
 def log_run(record: RunRecord) -> str:
     """Log one run from a record; returns the run id."""
-    import mlflow  # noqa: PLC0415 (slow import, only when logging)
-    from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415
+    import mlflow  # noqa: PLC0415 (slow)
+    from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415 (slow)
 
     client = mlflow.MlflowClient(tracking_uri=record.uri)
     exp = client.get_experiment_by_name(record.experiment)
@@ -93,7 +93,7 @@ def log_run(record: RunRecord) -> str:
 
 def dataset_entities(datasets: list[dict[str, str]]) -> list[Any]:
     """MLflow DatasetInputs of a record's datasets, each tagged with its context."""
-    from mlflow.entities import Dataset, DatasetInput, InputTag  # noqa: PLC0415
+    from mlflow.entities import Dataset, DatasetInput, InputTag  # noqa: PLC0415 (slow)
 
     return [DatasetInput(Dataset(d["name"], d["digest"], d["source_type"], d["source"],
                                  profile=d["profile"]),

@@ -10,6 +10,7 @@ of the artifact layer: the model file (seqcore.artifacts.model_file) and the che
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
 import re
@@ -85,7 +86,7 @@ def canonical(value: Any) -> Any:
     if isinstance(value, dict):
         out = type(value)((canonical(k), canonical(v)) for k, v in value.items())
         if hasattr(value, "_metadata"):  # a module state_dict's version info
-            out._metadata = canonical(value._metadata)  # type: ignore[attr-defined]
+            setattr(out, "_metadata", canonical(value._metadata))
         return out
     if type(value) in (list, tuple):
         return type(value)(canonical(v) for v in value)
@@ -94,7 +95,6 @@ def canonical(value: Any) -> Any:
 
 def serialize(payload: dict[str, Any]) -> bytes:
     """The bytes ``save_blob`` writes for ``payload``: its canonical form, ``torch.save``d."""
-    import io  # noqa: PLC0415
 
     buf = io.BytesIO()
     torch.save(canonical(payload), buf)
@@ -129,7 +129,6 @@ def load_blob(path: Path) -> dict[str, Any]:
     if _sha256(data) != expected:
         raise UnusableCheckpoint(f"{path}: sha256 {_sha256(data)[:12]} != recorded "
                                  f"{expected[:12]} (truncated or corrupted)")
-    import io  # noqa: PLC0415
 
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols

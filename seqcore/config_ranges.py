@@ -1,7 +1,7 @@
 """The valid range of every numeric parameter of params.yaml (seqcore.config checks them).
 
 Kept as one declarative table so a new parameter is one line here; a test fails when a
-numeric config field has no entry (tests/test_config.py). See docs/configuration.md.
+numeric config field has no entry (tests/config/test_config.py). See docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-#: The valid range of every numeric parameter (dotted key), as an interval; "inf" is unbounded. A list
-#: parameter's range applies to each element. Checked on load before the cross-field rules;
-#: tests/test_config.py keeps the table complete (docs/configuration.md explains the rules).
+#: The valid range of every numeric parameter (dotted key), as an interval; "inf" is
+#: unbounded. A list parameter's range applies to each element. Checked on load before the
+#: cross-field rules; tests/config/test_config.py keeps the table complete
+#: (docs/configuration.md explains the rules).
 RANGES: dict[str, str] = {
     "data.split_seed": "[0, inf)",
     "data.dev_fraction": "[0, 1)",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from seqcore import __version__
-from seqcore.config import Config, DecodeConfig
+from seqcore.config import Config, DecodeConfig, as_dict, flat_params, flatten
 from seqcore.signature_format import format_signature, parse_signature
 
 if TYPE_CHECKING:  # the contract class imports torch (SpecialIds); signatures need none
@@ -171,7 +171,7 @@ GUARD_KEYS = frozenset({
     "train.max_consecutive_skips"})
 #: Keys that change no result and so are no part of the MLflow run (whose params the audit
 #: compares with params.yaml): the guards, and training's logging and checkpoint keeping
-#: (proven: tests/test_params_live.py NOT_RESULTS, tests/test_resume*.py).
+#: (proven: tests/stages/test_params_live.py NOT_RESULTS, tests/training/test_resume.py).
 NO_RESULT_KEYS = GUARD_KEYS | {f"train.{k}" for k in ("log_every", "keep_last", "resume",
                                                       "checkpoint_every", "ledger_every")}
 
@@ -184,8 +184,6 @@ def guard_fields(section: str) -> frozenset[str]:
 def result_params(cfg: Config) -> dict[str, Any]:
     """Every params.yaml key that can change a result, flattened (NO_RESULT_KEYS are left out
     unread): the params of the MLflow run, and the keys the audit compares."""
-    from seqcore.config import flat_params  # noqa: PLC0415
-
     return flat_params(cfg, NO_RESULT_KEYS | inapplicable_keys(cfg))
 
 
@@ -207,8 +205,6 @@ def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     """The part of a training contract every task shares: the flat params of ``sections``
     (train keys in NOT_CONTRACT, and ADDED_KEYS at their old behaviour, left out), then the
     runtime contract."""
-    from seqcore.config import as_dict, flatten  # noqa: PLC0415
-
     # a guard is not even read: the stage that checks it declares it, no other stage does
     tree = {k: as_dict(getattr(cfg, k), guard_fields(k)) for k in sections}
     flat = {k: v for k, v in flatten(tree).items()

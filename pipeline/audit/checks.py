@@ -185,7 +185,7 @@ def replay_check(report: AuditReport, cfg: Config, params: str, segments: int,
 
 
 def has_cuda() -> bool:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (heavy: only to ask for CUDA)
 
     return torch.cuda.is_available()
 

@@ -42,7 +42,7 @@ def model_diffs(client: Any, run: Any, record: RunRecord) -> list[str]:
     packed files have the sha256 of the result's files (the model file, its sidecar, the
     tokenizer) and whose decode.json holds the decode settings; and, when the record names a
     registered model, one version of it from this run with the record's version tags."""
-    import mlflow  # noqa: PLC0415
+    import mlflow  # noqa: PLC0415 (slow import)
 
     rid = run.info.run_id
     found = list(client.search_logged_models([run.info.experiment_id],

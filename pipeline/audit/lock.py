@@ -55,7 +55,7 @@ def dvc_md5(path: Path, ignore: tuple[list[str], list[str]] = ([], [])) -> str:
             entries.append({"md5": md5_file(full), "relpath": full.relative_to(path).as_posix()})
     entries.sort(key=lambda e: e["relpath"])
     listing = json.dumps(entries, sort_keys=True).encode("utf-8")
-    return hashlib.md5(listing).hexdigest() + ".dir"  # noqa: S324
+    return hashlib.md5(listing).hexdigest() + ".dir"  # noqa: S324 (DVC's folder hash; not security)
 
 
 def lock_hash_diffs(root: Path, lock: dict[str, Any]) -> list[str]:

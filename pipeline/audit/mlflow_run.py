@@ -133,7 +133,7 @@ def artifact_diffs(run: Any, uri: str, record: RunRecord,
     Returns the differences and the sha256 of the run's dvc.lock artifact (the lock as the
     evaluate stage saw it: only its upstream stages must still agree).
     """
-    import mlflow  # noqa: PLC0415
+    import mlflow  # noqa: PLC0415 (slow import)
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # keep output plain
     # what the pipeline logs: the texts, and the PNG plots (base64 in the record)
@@ -171,7 +171,7 @@ def params_artifact_diffs(logged: bytes, current: bytes) -> list[str]:
     change a result (seqcore.signature.result_params): a guard raised after the run re-ran
     only the stage that checks it (issue 34). A file that does not load is compared as bytes.
     """
-    import yaml  # noqa: PLC0415
+    import yaml  # noqa: PLC0415 (only for a run's params)
 
     try:
         a, b = (result_params(config_from_dict(yaml.safe_load(t) or {}))
@@ -186,7 +186,7 @@ def mlflow_diffs(uri: str, cfg: Config, run: Any, record: RunRecord,
                  lock: dict[str, Any]) -> list[str]:
     """The run (in the store at ``uri``) compared whole with ``record``
     (pipeline.record.build_record, made now)."""
-    import mlflow  # noqa: PLC0415
+    import mlflow  # noqa: PLC0415 (slow import)
 
     pending = Path(cfg.paths.mlflow_pending)
     diffs = [f"{pending} holds runs not yet logged: `python -m pipeline.tracking --replay`"

@@ -58,7 +58,7 @@ def input_format(source: str) -> Format:
     """The reader format for ``data.source`` (the lm task's ``text`` is not a parallel file)."""
     if source not in ("cmudict", "tsv", "jsonl"):
         raise ValueError(f"data.source {source!r} is not a parallel file (cmudict, tsv, jsonl)")
-    return source  # type: ignore[return-value]  # narrowed by the check above
+    return source  # type: ignore[return-value] (narrowed by the check above)
 
 
 def prepare_pairs(raw: Path, data: DataConfig, label: str | None = None) -> Prepared:

@@ -49,7 +49,7 @@ def baseline_scores(row: PredictionRow) -> dict[str, float]:
     out: dict[str, float] = {}
     for text, score in listed:
         if text and score is not None and text not in out:
-            out[text] = float(score)  # type: ignore[arg-type]
+            out[text] = float(score)  # type: ignore[arg-type] (not None here)
     return out
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # no display: files only
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402 (after matplotlib.use)
 
-from seqcore.artifacts.train_log import TrainLog  # noqa: E402
+from seqcore.artifacts.train_log import TrainLog  # noqa: E402 (below the backend choice)
 
 #: (column, axis title) of the bucket panels: the same series as dvc.yaml's bucket plots.
 BUCKET_SERIES = (("word_error_rate", "word error rate"),

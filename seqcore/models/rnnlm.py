@@ -49,9 +49,9 @@ class RNNLM(nn.Module):
     def initial_state(self, batch: int) -> LMState:
         """All-zero state for ``batch`` streams: tensors (L, B, H)."""
         p = self.out.weight
-        zeros = lambda: torch.zeros(self.shape.layers, batch, self.shape.hidden,  # noqa: E731
-                                    dtype=p.dtype, device=p.device)
-        return (zeros(), zeros()) if self.shape.cell == "lstm" else (zeros(),)
+        size = (self.shape.layers, batch, self.shape.hidden)
+        return tuple(torch.zeros(size, dtype=p.dtype, device=p.device)
+                     for _ in range(2 if self.shape.cell == "lstm" else 1))
 
     def forward(self, tokens: torch.Tensor, state: LMState) -> tuple[torch.Tensor, LMState]:
         """Run one segment.

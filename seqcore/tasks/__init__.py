@@ -7,8 +7,8 @@ and ``.audit`` for ``pipeline.audit``.
 :class:`Task` imports a stage's module only when that stage asks (importlib, by name), so each
 stage loads only its own piece: prepare and tokenizer never import training, model, decoding
 or metrics code (nor torch, in prepare), and editing training code leaves them fresh in
-``dvc status`` (issue 11). tests/test_declared_reads.py adds ``<package>.<stage>`` of every
-task to stage ``<stage>``'s import closure, so dvc.yaml declares exactly these modules.
+``dvc status`` (issue 11). tests/stages/test_declared_reads.py adds ``<package>.<stage>`` of
+every task to stage ``<stage>``'s import closure, so dvc.yaml declares exactly these modules.
 
 Adding a task is adding one package and one line in ``TASKS`` (docs/tasks.md). This module
 stays light: it is in the import closure of every stage that asks a task.

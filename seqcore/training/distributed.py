@@ -11,7 +11,10 @@ runs and the loop is the single-process loop.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +79,6 @@ def relaunch_under_torchrun(nproc: int, module: str, argv: list[str]) -> None:
     """
     if nproc == 1 or under_torchrun():
         return
-    import sys  # noqa: PLC0415
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -101,7 +103,7 @@ def init_world(nproc: int, kind: str) -> World:
                             f"set train.nproc: {size} (it is part of the training contract)")
     if size == 1:
         return World()
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
     backend = backend_for(kind, size)
     if not dist.is_initialized():
@@ -116,8 +118,6 @@ def _die_with_parent() -> None:
     leave them training and writing checkpoints; with this a killed stage is a dead run, as
     with one process. Elsewhere (no prctl) nothing changes.
     """
-    import ctypes  # noqa: PLC0415
-    import signal  # noqa: PLC0415
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -129,7 +129,7 @@ def _die_with_parent() -> None:
 def close_world(world: World) -> None:
     """Leave the process group (after a final barrier)."""
     if world.size > 1:
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
         dist.barrier()
         dist.destroy_process_group()
@@ -139,7 +139,7 @@ def all_reduce_sum(world: World, values: list[float], device: torch.device) -> l
     """Sum a few numbers over ranks (float64, exact for counts below 2**53)."""
     if world.size == 1:
         return values
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)
@@ -154,7 +154,7 @@ def all_reduce_gradients(world: World, params: list[nn.Parameter]) -> None:
     """
     if world.size == 1:
         return
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
     ref = params[0]
     parts = [p.grad.reshape(-1).float() if p.grad is not None else
@@ -174,7 +174,7 @@ def gather_objects(world: World, obj: Any) -> list[Any]:
     """Every rank's ``obj`` (picklable), in rank order, on every rank."""
     if world.size == 1:
         return [obj]
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
     out: list[Any] = [None] * world.size
     dist.all_gather_object(out, obj)
@@ -185,7 +185,7 @@ def broadcast_module(world: World, module: nn.Module) -> None:
     """Copy rank 0's parameters and buffers to every rank (ranks seed differently)."""
     if world.size == 1:
         return
-    import torch.distributed as dist  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
     with torch.no_grad():
         for t in [*module.parameters(), *module.buffers()]:
@@ -194,6 +194,6 @@ def broadcast_module(world: World, module: nn.Module) -> None:
 
 def barrier(world: World) -> None:
     if world.size > 1:
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
         dist.barrier()

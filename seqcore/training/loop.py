@@ -247,7 +247,7 @@ class TrainLoop:
         ``log`` gets each step's entry and its tokens per second (wall clock, console only).
         """
         self.model.train()
-        from tqdm import tqdm  # noqa: PLC0415
+        from tqdm import tqdm  # noqa: PLC0415 (only when a run trains)
 
         bar = tqdm(total=self.cfg.max_steps, initial=self.state.step,
                    disable=not sys.stderr.isatty() or not self.world.main, unit="step")

@@ -37,7 +37,7 @@ class PortableAdam(torch.optim.Adam):
                          decoupled_weight_decay=decoupled_weight_decay)
 
     @torch.no_grad()
-    def step(self, closure: None = None) -> None:  # type: ignore[override]
+    def step(self, closure: None = None) -> None:  # type: ignore[override] (no closure)
         """One update of every parameter that has a gradient (torch's order of operations)."""
         if closure is not None:
             raise ValueError("PortableAdam takes no closure")

@@ -58,11 +58,12 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     tc = TokenizerContract.load(cfg.paths.tokenizer_contract)  # read once: signature, ids, record
     sig = io.contract(header.signature, str(pred_path), tc)
     set_determinism(cfg.train.seed, cfg.train.threads)
-    forced = teacher_forced(cfg, tc.special_ids, io)  # by split, by example id
+    model_file = ModelFile.load(cfg.paths.model)  # read once: its weights and its record
+    forced = teacher_forced(cfg, model_file, tc.special_ids, io)  # by split, by example id
     rows = Predictions.load(pred_path).rows
     result = evaluate_predictions(rows, eval_spec(cfg), forced[split])
     coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
-    meta = ModelFile.load(cfg.paths.model).meta
+    meta = model_file.meta
     folder = checkpoint_folder(cfg.paths.checkpoints, meta.training_contract)  # train's
     metrics = {"split": split, "signature": signed_result(cfg, sig, meta, header, result),
                "contract_signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
@@ -186,10 +187,11 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
         encoding="utf-8")
 
 
-def teacher_forced(cfg: Config, ids: SpecialIds,
+def teacher_forced(cfg: Config, model_file: ModelFile, ids: SpecialIds,
                    io: StageIO) -> dict[str, dict[str, TeacherStats]]:
-    """Per-example teacher-forced statistics on dev and test (by split, then example id)."""
-    model = ModelFile.load(cfg.paths.model).build()
+    """Per-example teacher-forced statistics of ``model_file``'s model on dev and test (by
+    split, then example id)."""
+    model = model_file.build()
     out: dict[str, dict[str, TeacherStats]] = {}
     for split in ("dev", "test"):
         examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
