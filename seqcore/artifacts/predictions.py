@@ -33,6 +33,13 @@ class PredictionRow:
     nbest: list[dict[str, object]]
 
 
+def model_rows_path(predictions: str | Path) -> Path:
+    """``predictions/<split>.model.jsonl``: the model's own outputs before any rescoring,
+    beside the scored system's ``predictions/<split>.jsonl`` when the two differ (issue 52:
+    the model's figures are measured on the model's output)."""
+    return Path(predictions).with_suffix(".model.jsonl")
+
+
 def header_path(predictions: str | Path) -> Path:
     """``predictions/<split>.header.json`` of ``predictions/<split>.jsonl``."""
     return Path(predictions).with_suffix(".header.json")
@@ -89,6 +96,14 @@ class PredictionsHeader:
     tokenizer_sha256: dict[str, str] | None = None
     task: str | None = None
     note: str | None = None
+
+    @property
+    def rescored(self) -> bool:
+        """Whether the rows are the model's outputs re-ranked with the baseline's n-best
+        (``decode.rescore: baseline``, not ignored): the model's own rows are then in
+        :func:`model_rows_path`."""
+        return isinstance(self.decode, DecodeConfig) and self.decode.rescore == "baseline" \
+            and self.note is None
 
     def save(self, predictions: str | Path) -> None:
         """Write the header of the predictions file ``predictions``."""

@@ -30,7 +30,7 @@ _HEADLINE = (
 )
 #: The report's bucket table (buckets.csv has every column).
 _BUCKET_COLS = ("bucket", "count", "word_error_rate", "token_error_rate", "exact_match",
-                "perplexity", "exposure_bias_gap")
+                "perplexity", "exposure_bias_gap", "nll_gap")
 _SPLIT_KEYS = ("token_nll", "perplexity", "ppl_denominator_tokens", "sequence_mean_nll",
                "sequences", "tf_token_accuracy")
 
@@ -210,6 +210,29 @@ def _failures(ev: Evaluation, rules: dict[str, str]) -> list[str]:
     return lines
 
 
+def _model_output(metrics: dict[str, Any]) -> list[str]:
+    """The model's own output (issue 52): which rows its figures come from, its scores alone
+    and the two gaps with their signs."""
+    own = metrics.get("model_output")
+    if own is None:
+        return []
+    system = metrics.get("system_output")
+    rows = ("the model's own outputs before rescoring (`predictions/<split>.model.jsonl`); the "
+            "scored system's output figures are under `system_output` in metrics.json"
+            if system else "the scored rows, which are the model's own (no rescoring)")
+    lines = ["", "## The model's own output", "",
+             f"Free-running accuracy, the exposure-bias gap and the failure modes below are "
+             f"measured on {rows}. `exposure_bias_gap` = tf - fr token accuracy (positive: "
+             "worse on its own prefixes); `nll_gap` = token NLL of the references - token "
+             "NLL of the model's own outputs (positive: the model finds what it writes "
+             "likelier than what is right).", "", "| figure | model alone |", "|---|---|"]
+    lines += [f"| {k} | {fmt(v)} |" for k, v in own.items()]
+    if system:
+        fails = ", ".join(f"{k} {system['failures'][k]['count']}" for k in KINDS)
+        lines += ["", f"The scored system's own failure counts: {fails}."]
+    return lines
+
+
 def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any],
                   rules: dict[str, str], images: dict[str, str], training: list[str]) -> str:
     """Markdown: WER/PER/perplexity, training summary, headline, bucket, group and
@@ -235,6 +258,7 @@ def render_report(metrics: dict[str, Any], ev: Evaluation, decode: dict[str, Any
     if ev.groups:
         lines += ["", "## By group", "", f"{len(ev.groups)} groups (also in groups.csv).", ""]
         lines += _table(ev.groups[:50])
+    lines += _model_output(metrics)
     lines += ["", "## Failure modes", ""] + _failures(ev, rules)
     lines += ["", "## Plots", ""] + [f"![{t}]({p})" for t, p in images.items()]
     sig = metrics["signature"]

@@ -105,7 +105,7 @@ def weakened_baseline(repo: Path, mp: pytest.MonkeyPatch) -> None:
 
 def dropped_rows(repo: Path, mp: pytest.MonkeyPatch) -> None:
     # from the baseline's predictions too: evaluate compares the two on the same rows
-    edited = ("predictions/test.jsonl", "baseline/test.jsonl")
+    edited = ("predictions/test.jsonl", "predictions/test.model.jsonl", "baseline/test.jsonl")
     for rel in edited:
         rewrite_jsonl(repo / rel, lambda rows: rows[:-5])
     rerun_evaluate(repo, mp, *edited)
@@ -130,6 +130,9 @@ def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
     assert wrong
     rewrite_jsonl(repo / "data/encoded/test.jsonl", encoded)
     rewrite_jsonl(repo / "predictions/test.jsonl", predicted)
+    rewrite_jsonl(repo / "predictions/test.model.jsonl", lambda rows: [  # the model's own
+        {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r
+        for r in rows])
     # the baseline, redone from the forged rows, agrees: only the tokenizer's redo sees it
     rewrite_jsonl(repo / "baseline/test.jsonl", lambda rows: [
         {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r

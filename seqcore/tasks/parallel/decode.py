@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from seqcore.artifacts.model_file import ModelFile
 from seqcore.artifacts.baseline import BaselineRecord
-from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import (
+    PredictionRow, Predictions, PredictionsHeader, model_rows_path)
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, DecodeConfig
 from seqcore.data.examples import Example, read_examples
@@ -58,14 +60,31 @@ def checked_baseline(cfg: Config, examples: list[Example],
     return base, None
 
 
+@dataclass(frozen=True)
+class Decoded:
+    """The model's own outputs and the decoding system's answer (the same list without
+    rescoring), one row per example in order."""
+
+    model: list[PredictionRow]
+    system: list[PredictionRow]
+
+
 def system_rows(model: EncoderDecoder, examples: list[Example], toks: Tokenizers,
                 decode: DecodeConfig, base: dict[str, PredictionRow] | None,
                 chunks: Callable[[list[Example]], Iterable[Sequence[Example]]] | None = None,
                 note: Callable[[str], None] | None = None) -> list[PredictionRow]:
-    """What the decoding system answers for ``examples``: the model's outputs, rescored with
-    the baseline's n-best ``base`` (rows by example id) when given. The one path of the
-    decode stage and of serving (``seqcore.predictor``): the same examples in the same order
-    give the same rows, byte for byte.
+    """What the decoding system answers for ``examples`` (:func:`decoded`'s ``system``): the
+    one path of the decode stage and of serving (``seqcore.predictor``)."""
+    return decoded(model, examples, toks, decode, base, chunks, note).system
+
+
+def decoded(model: EncoderDecoder, examples: list[Example], toks: Tokenizers,
+            decode: DecodeConfig, base: dict[str, PredictionRow] | None,
+            chunks: Callable[[list[Example]], Iterable[Sequence[Example]]] | None = None,
+            note: Callable[[str], None] | None = None) -> Decoded:
+    """The model's outputs for ``examples``, and the system's: those rescored with the
+    baseline's n-best ``base`` (rows by example id) when given. The same examples in the
+    same order give the same rows, byte for byte.
 
     Args:
         chunks: cuts ``examples`` into whole batches for progress (the batches, and so the
@@ -76,6 +95,7 @@ def system_rows(model: EncoderDecoder, examples: list[Example], toks: Tokenizers
     with torch.inference_mode():
         rows = [row for chunk in (chunks(examples) if chunks else [examples])
                 for row in decode_examples(model, list(chunk), decoder, toks.ids, toks.tgt, bs)]
+        own = rows
         if base is not None:
             started = time.monotonic()
             if note:
@@ -86,7 +106,7 @@ def system_rows(model: EncoderDecoder, examples: list[Example], toks: Tokenizers
             if note:
                 note(f"{len(rows):,} rows rescored in {time.monotonic() - started:.0f} s "
                      f"(decode.rescore_weight {decode.rescore_weight:g})")
-    return rows
+    return Decoded(own, rows)
 
 
 def decode(cfg: Config, io: StageIO) -> None:
@@ -118,10 +138,15 @@ def decode(cfg: Config, io: StageIO) -> None:
     model.to(device)  # the model file loads on the CPU whatever device trained it
     examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
     base, note = checked_baseline(cfg, examples, io)
-    rows = system_rows(model, examples, toks, cfg.decode, base,
+    out_rows = decoded(model, examples, toks, cfg.decode, base,
                        lambda items: io.chunks(items, cfg.decode.batch_size, "decode"), io.note)
+    rows = out_rows.system
     out = Path(cfg.paths.predictions) / f"{cfg.decode.split}.jsonl"
     Predictions(rows).save(out)
+    if base is not None:  # the model's figures are measured on its own output (issue 52)
+        Predictions(out_rows.model).save(model_rows_path(out))
+    else:  # one system: no file of an earlier, rescored run may stand beside its rows
+        model_rows_path(out).unlink(missing_ok=True)
     PredictionsHeader(
         cfg.decode, sha256_file(Path(cfg.paths.model)), len(rows), sig,
         trained_on=meta.trained_on(), tokenizer_sha256=tc.sha256(), note=note).save(out)

@@ -8,19 +8,21 @@ predicted tokens outside that alphabet (seqcore.g2p); a user's parallel data has
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.coverage import Coverage
 from seqcore.artifacts.model_file import ModelFile, ModelMeta
-from seqcore.artifacts.predictions import PredictionRow, Predictions, PredictionsHeader
+from seqcore.artifacts.predictions import (
+    PredictionRow, Predictions, PredictionsHeader, model_rows_path)
 from seqcore.artifacts.reports import Headline, Metrics, Results
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import Config, as_dict
 from seqcore.contract import SpecialIds
-from seqcore.data.examples import read_examples
+from seqcore.data.examples import Example, read_examples
 from seqcore.determinism import set_determinism
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.hashing import digest
@@ -29,6 +31,8 @@ from seqcore.metrics.comparison import NotComparable, paired_headline
 from seqcore.metrics.evaluation import (
     EvalSpec, Evaluation, evaluate_predictions, failure_rate_table, prediction_metrics,
     teacher_metrics)
+from seqcore.metrics.bootstrap import Resampling
+from seqcore.metrics.model_output import bucket_table, model_output, output_metrics
 from seqcore.nulls import null_undefined
 from seqcore.metrics import recompute
 from seqcore.metrics.recompute import resampling
@@ -37,6 +41,7 @@ from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.signature import result_signature
 from seqcore.tasks import TaskError
 from seqcore.tasks.base import Evaluated, StageIO
+from seqcore.models.base import EncoderDecoder
 from seqcore.training.distributed import checkpoint_folder
 
 
@@ -59,22 +64,32 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     sig = io.contract(header.signature, str(pred_path), tc)
     set_determinism(cfg.train.seed, cfg.train.threads)
     model_file = ModelFile.load(cfg.paths.model)  # read once: its weights and its record
-    forced = teacher_forced(cfg, model_file, tc.special_ids, io)  # by split, by example id
+    model = model_file.build()
+    examples = {s: read_examples(Path(cfg.paths.encoded) / f"{s}.jsonl") for s in ("dev", "test")}
+    forced = teacher_forced(cfg, model, examples, tc.special_ids, io)  # by split, by example id
     rows = Predictions.load(pred_path).rows
-    result = evaluate_predictions(rows, eval_spec(cfg), forced[split])
+    spec = eval_spec(cfg)
+    result = evaluate_predictions(rows, spec, forced[split])
+    # The model's own output before any rescoring: its figures are the model's (issue 52)
+    own_rows = model_rows(pred_path, rows) if header.rescored else rows
+    own = evaluate_predictions(own_rows, replace(spec, resampling=Resampling(samples=0)),
+                               forced[split]) if header.rescored else result
+    hyp = hypothesis_stats(cfg, model, own_rows, examples[split], tc.special_ids, io)
     coverage = Coverage.load(cfg.paths.coverage).splits[split]  # the tokenizer's UNK figures
     meta = model_file.meta
     folder = checkpoint_folder(cfg.paths.checkpoints, meta.training_contract)  # train's
     metrics = {"split": split, "signature": signed_result(cfg, sig, meta, header, result),
                "contract_signature": sig, "tokenizer_tgt": tc.tgt.sha256[:12],
                "tokenizer_tgt_sha256": tc.tgt.sha256, "model_sha256": header.model_sha256,
-               "checkpoints": str(folder), **prediction_metrics(result),
+               "checkpoints": str(folder), **output_metrics(result, own, header.rescored),
                "source_unk": coverage.src.as_dict(), "reference_unk": coverage.tgt.as_dict(),
-               **teacher_metrics({s: list(v.values()) for s, v in forced.items()}, result),
+               **teacher_metrics({s: list(v.values()) for s, v in forced.items()}, own),
+               "model_output": model_output(own, own_rows, forced[split], hyp),
                **interval_metrics(cfg, result), **baseline_metrics(cfg, rows, result)}
     metrics = null_undefined(metrics)  # strict JSON: NaN -> null + <key>_null_reason
     io.note(f"result: {metrics['signature']}")
-    write_outputs(cfg, metrics, result, header, io)
+    buckets = bucket_table(result, own, own_rows, spec.edges, forced[split], hyp)
+    write_outputs(cfg, metrics, Outputs(result, own, buckets), header)
     return Evaluated(metrics, sig, header, pred_path, tc)
 
 
@@ -157,10 +172,20 @@ def baseline_metrics(cfg: Config, rows: list[PredictionRow],
                             for k, v in versus.items()}}
 
 
-def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
-                  header: PredictionsHeader, io: StageIO) -> None:
+@dataclass(frozen=True)
+class Outputs:
+    """What the tables and the report show: the scored system's evaluation, the model's own
+    (the same one without rescoring) and the bucket table (seqcore.metrics.model_output)."""
+
+    system: Evaluation
+    own: Evaluation
+    buckets: list[dict[str, Any]]
+
+
+def write_outputs(cfg: Config, metrics: dict[str, Any], out: Outputs,
+                  header: PredictionsHeader) -> None:
     """metrics.json, results.json, buckets.csv, the details directory (plot data, PNGs)
-    and report.md."""
+    and report.md. The failure modes are the model's own (issue 52)."""
     details = Path(cfg.evaluate.details_dir)
     numbers, texts = split_results(metrics)
     Metrics(numbers).save(cfg.paths.metrics)
@@ -170,35 +195,63 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], result: Evaluation,
     Headline(metrics[f"{split}_perplexity"], metrics["word_error_rate"],
              metrics["token_error_rate"], base_wer=base.get("word_error_rate"),
              base_per=base.get("token_error_rate")).save(cfg.paths.headline)
-    write_csv(cfg.paths.buckets, result.buckets)
-    write_csv(details / "failure_rates.csv", failure_rate_table(result))
-    if result.groups:
-        write_csv(details / "groups.csv", result.groups)
+    write_csv(cfg.paths.buckets, out.buckets)
+    write_csv(details / "failure_rates.csv", failure_rate_table(out.own))
+    if out.system.groups:
+        write_csv(details / "groups.csv", out.system.groups)
     plots.training_curve_png(Path(cfg.paths.train_log), details / "training_curve.png")
-    plots.bucket_png(result.buckets, details / "buckets.png")
-    plots.failure_png(failure_rate_table(result), details / "failure_rates.png")
+    plots.bucket_png(out.buckets, details / "buckets.png")
+    plots.failure_png(failure_rate_table(out.own), details / "failure_rates.png")
     rel = Path(details).relative_to(Path(cfg.paths.report).parent)
     images = {t: str(rel / f) for t, f in (("training curve", "training_curve.png"),
                                            ("metrics by length bucket", "buckets.png"),
                                            ("failure-mode rates", "failure_rates.png"))}
     Path(cfg.paths.report).write_text(render_report(
-        metrics, result, as_dict(header.decode), eval_spec(cfg).rules.describe(), images,
+        metrics, replace(out.system, buckets=out.buckets, failures=out.own.failures),
+        as_dict(header.decode), eval_spec(cfg).rules.describe(), images,
         training_summary(TrainMetrics.load(cfg.paths.train_metrics), Path(cfg.paths.train_log))),
         encoding="utf-8")
 
 
-def teacher_forced(cfg: Config, model_file: ModelFile, ids: SpecialIds,
-                   io: StageIO) -> dict[str, dict[str, TeacherStats]]:
-    """Per-example teacher-forced statistics of ``model_file``'s model on dev and test (by
-    split, then example id)."""
-    model = model_file.build()
+def teacher_forced(cfg: Config, model: EncoderDecoder, examples: dict[str, list[Example]],
+                   ids: SpecialIds, io: StageIO) -> dict[str, dict[str, TeacherStats]]:
+    """Per-example teacher-forced statistics of ``model`` on the references of dev and test
+    (by split, then example id)."""
+    bs = cfg.decode.batch_size
     out: dict[str, dict[str, TeacherStats]] = {}
-    for split in ("dev", "test"):
-        examples, bs = read_examples(Path(cfg.paths.encoded) / f"{split}.jsonl"), \
-            cfg.decode.batch_size
+    for split, items in examples.items():
         out[split] = {}
-        for chunk in io.chunks(examples, bs, f"evaluate: {split} teacher-forced NLL"):
+        for chunk in io.chunks(items, bs, f"evaluate: {split} teacher-forced NLL"):
             out[split] |= teacher_forced_stats(model, list(chunk), ids, bs)
+    return out
+
+
+def model_rows(pred_path: Path, rows: list[PredictionRow]) -> list[PredictionRow]:
+    """The model's own rows beside the scored ``rows`` of ``pred_path``.
+
+    Raises:
+        TaskError: they are not the same examples in the same order with the same
+            references (a stale or edited file): one line naming it.
+    """
+    path = model_rows_path(pred_path)
+    own = Predictions.load(path).rows
+    if [(r.id, r.reference) for r in own] != [(r.id, r.reference) for r in rows]:
+        raise TaskError(f"{path}: not the examples and references of {pred_path} "
+                        f"({len(own)} rows against {len(rows)}); re-run the decode stage")
+    return own
+
+
+def hypothesis_stats(cfg: Config, model: EncoderDecoder, rows: list[PredictionRow],
+                     examples: list[Example], ids: SpecialIds,
+                     io: StageIO) -> dict[str, TeacherStats]:
+    """The NLL the model gives its own outputs ``rows`` (teacher-forced on each hypothesis,
+    with its EOS when it ended), by example id: the perplexity side of exposure bias."""
+    by_id = {e.id: e for e in examples}
+    own = [Example(r.id, r.group, r.source, r.hypothesis, by_id[r.id].src, list(r.tokens),
+                   r.eos) for r in rows]
+    bs, out = cfg.decode.batch_size, {}
+    for chunk in io.chunks(own, bs, "evaluate: NLL of the model's own outputs"):
+        out |= teacher_forced_stats(model, list(chunk), ids, bs)
     return out
 
 
