@@ -13,7 +13,7 @@ TORCH_LOCK := locks/torch-$(TORCH).txt
 # DVC stages run `python -m pipeline.<stage>`: put the venv first on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro test test-fast audit mutate mutate-generated full install clean-venv
+.PHONY: repro relock test test-fast audit mutate mutate-generated full install clean-venv
 
 install: $(STAMP)
 
@@ -26,6 +26,11 @@ $(STAMP): requirements.lock $(TORCH_LOCK) pyproject.toml
 
 repro: $(STAMP)
 	dvc repro
+
+# After a code change that must leave every output as it was: dvc repro, then prove each
+# out of dvc.lock unchanged (tools/relock.py; exit 1 naming any out that moved).
+relock: $(STAMP)
+	python tools/relock.py
 
 # A pytest worker per core, each test single-threaded; a file's tests share a worker, so its
 # module fixtures are built once (docs/testing.md).
