@@ -51,7 +51,7 @@ def run(cfg: Config) -> None:
                      if lost else "")
         sys.exit(f"[prepare] {' and '.join(small)} of {sum(map(len, prepared.splits.values()))} "
                  f"kept rows{lost_note}, fewer than data.min_split_rows {d.min_split_rows}; "
-                 "raise data.dev_fraction / data.test_fraction or add rows")
+                 f"raise data.dev_fraction / data.test_fraction or add rows (to {raw})")
     train = prepared.splits["train"]
     target, share = dominant_target(train)
     if share > d.max_target_share:

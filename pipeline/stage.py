@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.config_rules import host_problem, workspace_problem
-from seqcore.errors import OneLineError
+from seqcore.errors import OneLineError, UnreadableFile
 from seqcore.kernels import KernelProfileError, check_portable, describe, relaunch_env
 from seqcore.signature_format import inherited_diff
 from seqcore.tasks import task_checked
@@ -97,10 +97,17 @@ def check_workspace(cfg: Config) -> None:
 
 def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any) -> None:
     """Expected failures (seqcore.errors.OneLineError: e.g. an unusable checkpoint) print
-    their one line (exit status 1); an input file that is not there (issue 54: a deleted
+    their one line (exit status 1); an input file that is not what its writer writes
+    (seqcore.errors.UnreadableFile: not UTF-8, not JSON, cut off) its one line, exit status 2;
+    an input file that is not there (issue 54: a deleted
     ``tokenizer/contract.json``) is named in one line with what to do, exit status 2;
     anything else is a bug and keeps its traceback."""
-    if isinstance(err, OneLineError):
+    if isinstance(err, UnreadableFile):  # a broken input file, like a missing one: status 2
+        print(err, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CONFIG_ERROR_STATUS)
+    elif isinstance(err, OneLineError):
         print(err, file=sys.stderr)
     elif isinstance(err, FileNotFoundError) and err.filename:
         print(f"{err.filename}: missing; run the stages before this one (`dvc repro`) or "

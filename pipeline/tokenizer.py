@@ -18,6 +18,8 @@ from seqcore.data.examples import encode_pairs, write_examples
 from seqcore.data.records import count_rejects, read_pairs_jsonl, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.data.tokenizers import train_tokenizers
+from seqcore.errors import UnreadableFile
+from seqcore.hashing import sha256_file
 from seqcore.signature import tokenizer_signature
 from seqcore.tasks import get_task
 from seqcore.tokenizer import load_tokenizers
@@ -27,7 +29,14 @@ def run(cfg: Config) -> None:
     """Tokenizer models and contract, encoded splits and length rejects from prepared data."""
     seq = cfg.sequence
     prepared = Path(cfg.paths.prepared)
-    raw = PreparedManifest.load(manifest_path(prepared)).raw
+    manifest = PreparedManifest.load(manifest_path(prepared))
+    for s in SPLITS:  # a split changed after prepare wrote it (emptied, cut): one line
+        got = sha256_file(prepared / f"{s}.jsonl")
+        if got != manifest.sha256[s]:
+            raise UnreadableFile(f"{prepared / f'{s}.jsonl'}: sha256 {got[:12]}, "
+                                 f"{manifest_path(prepared)} records {manifest.sha256[s][:12]}: "
+                                 "re-run prepare (dvc repro) or restore it (dvc checkout)")
+    raw = manifest.raw
     splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
     contract = train_tokenizers(cfg, splits["train"], raw)
     path = cfg.paths.tokenizer_contract

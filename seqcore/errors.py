@@ -10,3 +10,21 @@ from __future__ import annotations
 
 class OneLineError(Exception):
     """An expected failure with a complete one-line message (no traceback needed)."""
+
+
+class UnreadableFile(OneLineError, ValueError):
+    """A file between stages that is not what its writer writes: not UTF-8, not JSON, a line
+    cut off (issue 54). The message names the file, the line and what to do; a stage stops on
+    it with exit status 2, as on a missing input."""
+
+
+def unreadable(path: object, err: Exception, line: int | None = None) -> UnreadableFile:
+    """The one line for ``path`` that failed to decode with ``err`` (UnicodeDecodeError or
+    json.JSONDecodeError), at ``line`` when the file is read line by line."""
+    if isinstance(err, UnicodeDecodeError):
+        what = f"not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start})"
+    else:
+        what = f"not valid JSON ({getattr(err, 'msg', err)})"
+    where = f" line {line}:" if line is not None else ""
+    return UnreadableFile(f"{path}:{where} {what}; re-run the stage that writes it "
+                          "(dvc repro), or restore it (dvc checkout)")

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from seqcore.errors import unreadable
+
 T = TypeVar("T")
 
 
@@ -36,5 +38,14 @@ def _strict(value: Any) -> Any:
 
 def read_jsonl(path: Path, cls: type[T]) -> list[T]:
     """Rows written by :func:`write_jsonl`, rebuilt as ``cls``."""
-    with open(path, encoding="utf-8") as f:
-        return [cls(**json.loads(line)) for line in f if line.strip()]
+    rows, n = [], 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    rows.append(cls(**json.loads(line)))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        # a line cut off or bytes that are not text: one line naming the file (issue 54)
+        raise unreadable(path, err, n + 1 if isinstance(err, UnicodeDecodeError) else n) \
+            from None
+    return rows

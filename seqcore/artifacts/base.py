@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from seqcore.errors import OneLineError
+from seqcore.errors import OneLineError, unreadable
 
 #: The version a file written before its format carried one is read as (its bytes are kept:
 #: adding the field would change every committed output).
@@ -43,7 +43,12 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The JSON value of ``path`` (UnreadableFile, one line naming it, when it is not UTF-8
+    or not JSON: an empty or cut-off file; issue 54)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise unreadable(path, err) from None
 
 
 def read_versioned(path: str | Path, kind: str, expected: int) -> dict[str, Any]:

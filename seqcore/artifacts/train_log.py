@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar, TextIO
 
 from seqcore.artifacts.base import UNVERSIONED, ArtifactError
+from seqcore.errors import unreadable
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,11 @@ class TrainLog:
     def load(cls, path: str | Path) -> TrainLog:
         """Read a training log (ArtifactError, one line naming it, when a column is missing,
         unknown, or a cell is not a number of its column's type)."""
-        with open(path, encoding="utf-8", newline="") as f:
-            table = list(csv.reader(f))
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                table = list(csv.reader(f))
+        except UnicodeDecodeError as err:
+            raise unreadable(path, err) from None
         header = table[0] if table else []
         missing = [c for c in LOG_COLUMNS if c not in header]
         unknown = [c for c in header if c not in LOG_COLUMNS]

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from seqcore.artifacts.manifests import EncodedManifest, manifest_path
 from seqcore.data.records import Pair, Reject
+from seqcore.errors import UnreadableFile
 from seqcore.jsonl import read_jsonl, write_jsonl
 from seqcore.tokenizer import Tokenizer
 
@@ -73,6 +75,24 @@ def encode_pairs(
 def write_examples(examples: list[Example], path: Path) -> None:
     """One JSON object per line, keys sorted: identical inputs give identical bytes."""
     write_jsonl(examples, path)
+
+
+def read_encoded(folder: str | Path, split: str) -> list[Example]:
+    """The examples of ``split`` in the tokenizer stage's ``folder`` (``paths.encoded``),
+    checked against the count its manifest records.
+
+    Raises:
+        UnreadableFile: the file holds another number of examples (emptied, cut at a line
+            end, or rows added): one line naming it and what to do (issue 54).
+    """
+    path = Path(folder) / f"{split}.jsonl"
+    examples = read_examples(path)
+    kept = EncodedManifest.load(manifest_path(folder)).counts[split].kept
+    if len(examples) != kept:
+        raise UnreadableFile(f"{path}: {len(examples)} examples, {manifest_path(folder)} "
+                             f"records {kept}: the file changed after the tokenizer stage "
+                             "wrote it; re-run it (dvc repro) or restore it (dvc checkout)")
+    return examples
 
 
 def read_examples(path: Path) -> list[Example]:

@@ -424,3 +424,21 @@ def test_train_log_with_a_column_missing_or_a_bad_cell_is_refused_in_one_line_na
         TrainLog.load(path)
     one_line_refusal(err, path)
     assert says in str(err.value)
+
+
+def test_a_cut_or_undecodable_file_is_one_line_naming_it_and_its_line(tmp_path: Path) -> None:
+    # issue 54: json's and the codec's errors name no file; the readers do
+    from seqcore.artifacts.base import read_json  # noqa: PLC0415
+    from seqcore.errors import UnreadableFile  # noqa: PLC0415
+    from seqcore.jsonl import read_jsonl  # noqa: PLC0415
+
+    (tmp_path / "empty.json").write_bytes(b"")
+    with pytest.raises(UnreadableFile, match=r"empty\.json: not valid JSON") as err:
+        read_json(tmp_path / "empty.json")
+    assert "\n" not in str(err.value) and "dvc repro" in str(err.value)
+    (tmp_path / "rows.jsonl").write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": 3')
+    with pytest.raises(UnreadableFile, match=r"rows\.jsonl: line 3: not valid JSON"):
+        read_jsonl(tmp_path / "rows.jsonl", dict)
+    (tmp_path / "bytes.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(UnreadableFile, match=r"bytes\.json: not UTF-8 \(byte 0xff at offset 0\)"):
+        read_json(tmp_path / "bytes.json")

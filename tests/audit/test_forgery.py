@@ -108,6 +108,10 @@ def dropped_rows(repo: Path, mp: pytest.MonkeyPatch) -> None:
     edited = ("predictions/test.jsonl", "predictions/test.model.jsonl", "baseline/test.jsonl")
     for rel in edited:
         rewrite_jsonl(repo / rel, lambda rows: rows[:-5])
+    for rel in ("predictions/test.header.json", "baseline/test.header.json"):  # their counts
+        header = json.loads((repo / rel).read_text())
+        header["rows"] -= 5
+        (repo / rel).write_text(json.dumps(header, indent=2, sort_keys=True) + "\n")
     rerun_evaluate(repo, mp, *edited)
 
 
@@ -295,12 +299,16 @@ def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_rep
     # agree: the checkpoints, the ledger, the log, the metrics, the lock and the MLflow run.
     # Only a replay of the training on the declared rows can tell.
     repo = copy_result(audit_result[0], tmp_path / "copy")
-    train = repo / "data/encoded/train.jsonl"
-    genuine = train.read_bytes()
+    train, manifest = repo / "data/encoded/train.jsonl", repo / "data/encoded/manifest.json"
+    genuine, genuine_manifest = train.read_bytes(), manifest.read_bytes()
     train.write_bytes((repo / "data/encoded/test.jsonl").read_bytes())
+    counts = json.loads(genuine_manifest)  # the manifest's count agrees with the rows read
+    counts["counts"]["train"]["kept"] = counts["counts"]["test"]["kept"]
+    manifest.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
     shutil.rmtree(repo / "checkpoints")  # else the stage resumes the genuine final state
     dvc(repo, "repro", "--force", "--single-item", "train")
     train.write_bytes(genuine)
+    manifest.write_bytes(genuine_manifest)
     dvc(repo, "commit", "--force", "train")  # the lock records the genuine rows as read
     dvc(repo, "repro")  # decode and evaluate (a new MLflow run) from the forged model
     assert dvc(repo, "status").strip().endswith("Data and pipelines are up to date.")

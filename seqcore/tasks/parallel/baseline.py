@@ -20,7 +20,7 @@ from seqcore.artifacts.predictions import (
     BaselineSettings, PredictionRow, Predictions, PredictionsHeader)
 from seqcore.baselines import phonetisaurus
 from seqcore.config import Config
-from seqcore.data.examples import Example, read_examples
+from seqcore.data.examples import Example, read_encoded
 from seqcore.data.records import Reject, write_rejects
 from seqcore.hashing import sha256_file
 from seqcore.tasks import TaskError
@@ -56,7 +56,7 @@ def baseline(cfg: Config, io: StageIO) -> None:
     """
     out, encoded = Path(cfg.paths.baseline), Path(cfg.paths.encoded)
     train_file = encoded / "train.jsonl"
-    train = read_examples(train_file)
+    train = read_encoded(encoded, "train")
     why = skip_reason(cfg, train)
     if out.exists():
         shutil.rmtree(out)  # no stale model or split from an earlier run
@@ -78,7 +78,7 @@ def baseline(cfg: Config, io: StageIO) -> None:
     sig = phonetisaurus.signature(cfg.baseline, trained.lexicon_sha256)
     fst_sha = sha256_file(out / "model.fst")
     for split in SPLITS:
-        examples = read_examples(encoded / f"{split}.jsonl")
+        examples = read_encoded(encoded, split)
         started = time.monotonic()
         io.note(f"{split}: the {cfg.baseline.nbest}-best of {len(examples):,} rows "
                 f"({phonetisaurus.workers()} phonetisaurus-g2pfst processes)")

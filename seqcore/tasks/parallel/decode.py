@@ -15,7 +15,7 @@ from seqcore.artifacts.predictions import (
     PredictionRow, Predictions, PredictionsHeader, model_rows_path)
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config, DecodeConfig
-from seqcore.data.examples import Example, read_examples
+from seqcore.data.examples import Example, read_encoded
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.decoding.rescore import rescore
@@ -136,7 +136,7 @@ def decode(cfg: Config, io: StageIO) -> None:
     # from the model file, so decode declares no train param.
     set_determinism(cfg.decode.seed, meta.threads, device)
     model.to(device)  # the model file loads on the CPU whatever device trained it
-    examples = read_examples(Path(cfg.paths.encoded) / f"{cfg.decode.split}.jsonl")
+    examples = read_encoded(cfg.paths.encoded, cfg.decode.split)
     base, note = checked_baseline(cfg, examples, io)
     out_rows = decoded(model, examples, toks, cfg.decode, base,
                        lambda items: io.chunks(items, cfg.decode.batch_size, "decode"), io.note)

@@ -8,7 +8,7 @@ import torch
 
 from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
-from seqcore.data.examples import read_examples
+from seqcore.data.examples import read_encoded
 from seqcore.signature import contract_signature
 from seqcore.tasks.base import StageIO
 from seqcore.training.distributed import World
@@ -18,7 +18,7 @@ from seqcore.training.setups import Setup, seq2seq_setup
 def training_setup(cfg: Config, io: StageIO, device: torch.device, world: World) -> Setup:
     """Read the encoded train/dev splits and the tokenizer contract; build the setup."""
     enc = Path(cfg.paths.encoded)
-    data = (read_examples(enc / "train.jsonl"), read_examples(enc / "dev.jsonl"))
+    data = (read_encoded(enc, "train"), read_encoded(enc, "dev"))
     tc = TokenizerContract.load(cfg.paths.tokenizer_contract)
     # the tokenizer's fields as params.yaml states them, then the loss: params that disagree
     # with the tokenizer contract (an upstream stage not re-run) stop here
