@@ -360,26 +360,26 @@ def broken_variants(path: Path, marker: str) -> dict[str, bytes | None]:
     return out
 
 
-def broken_input_cases(stages: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(stage, file) for every file a stage of ``stages`` reads, from dvc.lock's deps (a
-    folder dependency: each file in it), code aside, each file at the first stage that reads
-    it: a new input is covered when dvc.yaml declares it."""
-    lock = yaml.safe_load((REPO / "dvc.lock").read_text())
+def broken_input_cases(root: Path, stage: str) -> list[str]:
+    """The files stage ``stage`` of the result at ``root`` reads first, from its dvc.lock's
+    deps (a folder dependency: each file in it), code aside; each file is listed at the first
+    stage that reads it. A new input is covered when dvc.yaml declares it."""
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
     seen: set[str] = set()
     out = []
-    for stage, entry in lock["stages"].items():
+    for name, entry in lock["stages"].items():
         for dep in entry.get("deps", []):
-            path = REPO / dep["path"]
+            path = root / dep["path"]
             if dep["path"].split("/")[0] in ("pipeline", "seqcore"):
                 continue
             files = [path] if path.is_file() else sorted(
                 f for f in path.rglob("*") if f.is_file() and not f.name.startswith("."))
             for f in files:
-                rel = str(f.relative_to(REPO))
+                rel = str(f.relative_to(root))
                 if rel not in seen:
                     seen.add(rel)
-                    if stage in stages:
-                        out.append((stage, rel))
+                    if name == stage:
+                        out.append(rel)
     return out
 
 
@@ -394,13 +394,21 @@ def assert_one_line_or_fallback(res: subprocess.CompletedProcess, rel: str, how:
         assert Path(rel).name in last or str(Path(rel).parent) in last, (rel, how, last)
 
 
-def run_broken(repo: Path, stage: str, rel: str, tmp_path: Path) -> None:
-    """Each broken variant of ``rel`` in turn, the stage run on it, the file restored."""
-    target, marker = repo / rel, tmp_path / "hostile-ran"
-    assert target.exists(), f"the tiny result has no {rel}: the matrix follows dvc.lock"
+def run_broken(repo: Path, stage: str, tmp_path: Path) -> int:
+    """Each file ``stage`` reads first (:func:`broken_input_cases`), each broken variant in
+    turn, the stage run on it, the file restored. Returns the number of runs."""
+    runs = 0
+    for rel in broken_input_cases(repo, stage):
+        runs += _run_broken_file(repo, stage, rel, tmp_path / "hostile-ran")
+    return runs
+
+
+def _run_broken_file(repo: Path, stage: str, rel: str, marker: Path) -> int:
+    target = repo / rel
     good = target.read_bytes()
+    variants = broken_variants(target, str(marker))
     try:
-        for name, content in broken_variants(target, str(marker)).items():
+        for name, content in variants.items():
             if content is None:
                 target.unlink()
             else:
@@ -412,3 +420,4 @@ def run_broken(repo: Path, stage: str, rel: str, tmp_path: Path) -> None:
             target.write_bytes(good)
     finally:
         target.write_bytes(good)
+    return len(variants)

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import broken_input_cases, run_broken
+from tests.pipeline_helpers import run_broken
 
 
-@pytest.fixture(scope="module")
-def repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shutil.copytree(audit_result[0], tmp_path_factory.mktemp("broken") / "repo",
-                           symlinks=True)
+@pytest.fixture
+def repo(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
+    """A copy of the tiny result per stage: a stage that stops may leave its outputs half
+    cleared, as under `dvc repro`, which removes them before it runs a stage."""
+    return shutil.copytree(audit_result[0], tmp_path / "repo", symlinks=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stage", "rel"), broken_input_cases(("decode",)))
 def test_a_broken_decode_input_stops_decode_in_one_line_naming_it(
-        repo: Path, stage: str, rel: str, tmp_path: Path) -> None:
-    run_broken(repo, stage, rel, tmp_path)
+        repo: Path, tmp_path: Path) -> None:
+    assert run_broken(repo, "decode", tmp_path) >= 27  # model, sidecar, tokenizer, baseline

@@ -11,19 +11,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import broken_input_cases, run_broken
+from tests.pipeline_helpers import run_broken
 
 STAGES = ("prepare", "tokenizer", "baseline", "train", "evaluate")
 
 
-@pytest.fixture(scope="module")
-def repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return shutil.copytree(audit_result[0], tmp_path_factory.mktemp("broken") / "repo",
-                           symlinks=True)
+@pytest.fixture
+def repo(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
+    """A copy of the tiny result per stage: a stage that stops may leave its outputs half
+    cleared, as under `dvc repro`, which removes them before it runs a stage."""
+    return shutil.copytree(audit_result[0], tmp_path / "repo", symlinks=True)
+
+
+#: Runs at least, as counted on the tiny result (a file gives 3 to 5 broken variants): a
+#: stage whose files went missing from the matrix fails here.
+AT_LEAST = {"prepare": 4, "tokenizer": 16, "baseline": 16, "train": 10, "evaluate": 24}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stage", "rel"), broken_input_cases(STAGES))
+@pytest.mark.parametrize("stage", STAGES)
 def test_a_broken_input_stops_the_stage_in_one_line_naming_it(
-        repo: Path, stage: str, rel: str, tmp_path: Path) -> None:
-    run_broken(repo, stage, rel, tmp_path)
+        repo: Path, stage: str, tmp_path: Path) -> None:
+    assert run_broken(repo, stage, tmp_path) >= AT_LEAST[stage]
