@@ -4,11 +4,13 @@ file imports these instead of writing its own (no test module imports another)."
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.artifacts.tokenizer_contract import (
@@ -23,12 +25,13 @@ from seqcore.config import (
     TrainConfig,
     TransformerConfig,
 )
-from seqcore.contract import SpecialIds
+from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.examples import Example
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.models.rnnlm import RNNLM, RNNLMShape
+from seqcore.sequences import make_batch
 from seqcore.training.checkpoint import FIELDS, SCHEMA_VERSION, Checkpoint, CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
@@ -197,3 +200,48 @@ def kill_after(loop: TrainLoop, step: int) -> None:
     loop.on_step = stop
     with pytest.raises(Killed):
         loop.run(lambda entry, tokens_per_s: None)
+
+
+# -- reference computations shared by the loop, lm and teacher-forcing tests --------------
+
+def smoothed_token_losses(
+    logp: torch.Tensor, labels: torch.Tensor, eps: float, ids: SpecialIds = IDS,
+) -> list[torch.Tensor]:
+    """Per sequence, the token losses written out: q(k) = (1 - eps)[k = y] + eps / K over the
+    K ids other than PAD and BOS, q(PAD) = q(BOS) = 0; token loss -sum_k q(k) log p(k).
+
+    Args:
+        logp: (B, T, V) log-probabilities; labels: (B, T), IGNORE_INDEX where unlabelled.
+    """
+    q = torch.full((logp.shape[-1],), eps / (logp.shape[-1] - 2))
+    q[[ids.pad, ids.bos]] = 0.0
+    out = []
+    for row in range(labels.shape[0]):
+        losses = []
+        for t in range(labels.shape[1]):
+            y = int(labels[row, t])
+            if y != IGNORE_INDEX:
+                target = q.clone()
+                target[y] += 1 - eps
+                losses.append(-(target * logp[row, t]).sum())
+        if losses:
+            out.append(torch.stack(losses))
+    return out
+
+
+def dropout_modes(model: nn.Module) -> list[bool]:
+    """Record ``training`` of every dropout module at each call (forward pre-hooks)."""
+    seen: list[bool] = []
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.register_forward_pre_hook(lambda mod, args: seen.append(mod.training))
+    return seen
+
+
+def eval_nll(model: nn.Module, data: list[Example]) -> float:
+    m = copy.deepcopy(model).eval()
+    b = make_batch(data, IDS)
+    with torch.no_grad():
+        logp = torch.log_softmax(m(b.src, b.src_mask, b.tf.inputs), -1)
+    valid = b.tf.labels != IGNORE_INDEX
+    return float(-logp.gather(-1, b.tf.labels.clamp(min=0)[..., None])[..., 0][valid].sum())

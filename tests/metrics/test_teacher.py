@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import math
 
 import pytest
-import torch
-from torch import nn
 
-from seqcore.contract import IGNORE_INDEX
-from seqcore.data.examples import Example
 from seqcore.metrics.teacher import TeacherStats, nll_summary, teacher_forced_stats
-from seqcore.sequences import make_batch
-from tests.factories import IDS, examples, tiny_model
+from tests.factories import IDS, dropout_modes, eval_nll, examples, tiny_model
 
 
 # -- issue 32, third mutant tranche; was tests/test_pins_metrics.py -------------------------------
@@ -36,22 +30,6 @@ SMALL = {"enc_layers": 1, "dec_layers": 1, "max_len": 16}
 
 
 # -- eval mode in every no-gradient pass behind a reported number ------------------------------
-def dropout_modes(model: nn.Module) -> list[bool]:
-    """Record ``training`` of every dropout module at each call (forward pre-hooks)."""
-    seen: list[bool] = []
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.register_forward_pre_hook(lambda mod, args: seen.append(mod.training))
-    return seen
-
-
-def eval_nll(model: nn.Module, data: list[Example]) -> float:
-    m = copy.deepcopy(model).eval()
-    b = make_batch(data, IDS)
-    with torch.no_grad():
-        logp = torch.log_softmax(m(b.src, b.src_mask, b.tf.inputs), -1)
-    valid = b.tf.labels != IGNORE_INDEX
-    return float(-logp.gather(-1, b.tf.labels.clamp(min=0)[..., None])[..., 0][valid].sum())
 
 
 def test_evaluation_statistics_run_with_dropout_off() -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.contract import IGNORE_INDEX, SpecialIds
@@ -30,7 +29,7 @@ from seqcore.tasks.lm.streams import Segment, StreamBatcher, StreamState
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.distributed import World
 from seqcore.training.loop import TrainLoop
-from tests.factories import IDS, document_nll, tiny_lm
+from tests.factories import IDS, document_nll, dropout_modes, smoothed_token_losses, tiny_lm
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
 
@@ -467,30 +466,6 @@ def test_a_one_position_segment_reads_bos_and_predicts_the_first_token() -> None
 
 # -- rules checked where they take effect; was tests/test_callsites.py ----------------------------
 
-def smoothed_token_losses(
-    logp: torch.Tensor, labels: torch.Tensor, eps: float, ids: SpecialIds = IDS,
-) -> list[torch.Tensor]:
-    """Per sequence, the token losses written out: q(k) = (1 - eps)[k = y] + eps / K over the
-    K ids other than PAD and BOS, q(PAD) = q(BOS) = 0; token loss -sum_k q(k) log p(k).
-
-    Args:
-        logp: (B, T, V) log-probabilities; labels: (B, T), IGNORE_INDEX where unlabelled.
-    """
-    q = torch.full((logp.shape[-1],), eps / (logp.shape[-1] - 2))
-    q[[ids.pad, ids.bos]] = 0.0
-    out = []
-    for row in range(labels.shape[0]):
-        losses = []
-        for t in range(labels.shape[1]):
-            y = int(labels[row, t])
-            if y != IGNORE_INDEX:
-                target = q.clone()
-                target[y] += 1 - eps
-                losses.append(-(target * logp[row, t]).sum())
-        if losses:
-            out.append(torch.stack(losses))
-    return out
-
 
 def test_lm_feed_minimises_the_smoothed_loss_without_pad_or_bos_mass() -> None:
     model = tiny_lm("gru", vocab=10)
@@ -504,13 +479,6 @@ def test_lm_feed_minimises_the_smoothed_loss_without_pad_or_bos_mass() -> None:
 
 
 # -- eval mode in every no-gradient pass behind a reported number ------------------------------
-def dropout_modes(model: nn.Module) -> list[bool]:
-    """Record ``training`` of every dropout module at each call (forward pre-hooks)."""
-    seen: list[bool] = []
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.register_forward_pre_hook(lambda mod, args: seen.append(mod.training))
-    return seen
 
 
 def test_lm_dev_nll_runs_with_dropout_off() -> None:

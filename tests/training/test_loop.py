@@ -35,6 +35,9 @@ from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, autoc
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import (
+    dropout_modes,
+    eval_nll,
+    smoothed_token_losses,
     IDS,
     S2S_SEED,
     examples,
@@ -721,31 +724,6 @@ def drawn_batches(data: list[Example], k: int, ids: SpecialIds = IDS) -> list[Ba
     return [make_batch([data[i] for i in sampler.next()], ids) for _ in range(k)]
 
 
-def smoothed_token_losses(
-    logp: torch.Tensor, labels: torch.Tensor, eps: float, ids: SpecialIds = IDS,
-) -> list[torch.Tensor]:
-    """Per sequence, the token losses written out: q(k) = (1 - eps)[k = y] + eps / K over the
-    K ids other than PAD and BOS, q(PAD) = q(BOS) = 0; token loss -sum_k q(k) log p(k).
-
-    Args:
-        logp: (B, T, V) log-probabilities; labels: (B, T), IGNORE_INDEX where unlabelled.
-    """
-    q = torch.full((logp.shape[-1],), eps / (logp.shape[-1] - 2))
-    q[[ids.pad, ids.bos]] = 0.0
-    out = []
-    for row in range(labels.shape[0]):
-        losses = []
-        for t in range(labels.shape[1]):
-            y = int(labels[row, t])
-            if y != IGNORE_INDEX:
-                target = q.clone()
-                target[y] += 1 - eps
-                losses.append(-(target * logp[row, t]).sum())
-        if losses:
-            out.append(torch.stack(losses))
-    return out
-
-
 def hand_loss(model: nn.Module, batches: list[Batch], eps: float, norm: LossNorm,
               ids: SpecialIds = IDS) -> torch.Tensor:
     """The step's loss, normalised over the tokens (or sequences) of *all* micro-batches."""
@@ -800,22 +778,6 @@ def test_clip_comes_after_unscale_with_an_enabled_grad_scaler(tmp_path: Path) ->
 
 
 # -- eval mode in every no-gradient pass behind a reported number ------------------------------
-def dropout_modes(model: nn.Module) -> list[bool]:
-    """Record ``training`` of every dropout module at each call (forward pre-hooks)."""
-    seen: list[bool] = []
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.register_forward_pre_hook(lambda mod, args: seen.append(mod.training))
-    return seen
-
-
-def eval_nll(model: nn.Module, data: list[Example]) -> float:
-    m = copy.deepcopy(model).eval()
-    b = make_batch(data, IDS)
-    with torch.no_grad():
-        logp = torch.log_softmax(m(b.src, b.src_mask, b.tf.inputs), -1)
-    valid = b.tf.labels != IGNORE_INDEX
-    return float(-logp.gather(-1, b.tf.labels.clamp(min=0)[..., None])[..., 0][valid].sum())
 
 
 def test_dev_nll_of_the_training_loop_runs_with_dropout_off(tmp_path: Path) -> None:
