@@ -103,20 +103,23 @@ def _one_line_excepthook(kind: type[BaseException], err: BaseException, tb: Any)
     ``tokenizer/contract.json``) is named in one line with what to do, exit status 2;
     anything else is a bug and keeps its traceback."""
     if isinstance(err, UnreadableFile):  # a broken input file, like a missing one: status 2
-        print(err, file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(CONFIG_ERROR_STATUS)
+        _input_error(str(err))
     elif isinstance(err, OneLineError):
         print(err, file=sys.stderr)
     elif isinstance(err, FileNotFoundError) and err.filename:
-        print(f"{err.filename}: missing; run the stages before this one (`dvc repro`) or "
-              "`dvc pull` it", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(CONFIG_ERROR_STATUS)  # an excepthook cannot choose the exit status
+        _input_error(f"{err.filename}: missing; run the stages before this one (`dvc repro`) "
+                     "or `dvc pull` it")
     else:
         sys.__excepthook__(kind, err, tb)
+
+
+def _input_error(line: str) -> None:
+    """Print ``line`` and end the process with exit status 2 (an excepthook cannot choose the
+    exit status)."""
+    print(line, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(CONFIG_ERROR_STATUS)
 
 
 def tokenizer_contract(cfg: Config) -> TokenizerContract:

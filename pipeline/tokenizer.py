@@ -15,11 +15,9 @@ from seqcore.artifacts.tokenizer_contract import TokenizerContract
 from seqcore.config import Config
 from seqcore.data.coverage import SplitCoverage, split_coverage
 from seqcore.data.examples import encode_pairs, write_examples
-from seqcore.data.records import count_rejects, read_pairs_jsonl, write_rejects
+from seqcore.data.records import count_rejects, read_prepared, write_rejects
 from seqcore.data.splits import SPLITS
 from seqcore.data.tokenizers import train_tokenizers
-from seqcore.errors import UnreadableFile
-from seqcore.hashing import sha256_file
 from seqcore.signature import tokenizer_signature
 from seqcore.tasks import get_task
 from seqcore.tokenizer import load_tokenizers
@@ -30,14 +28,8 @@ def run(cfg: Config) -> None:
     seq = cfg.sequence
     prepared = Path(cfg.paths.prepared)
     manifest = PreparedManifest.load(manifest_path(prepared))
-    for s in SPLITS:  # a split changed after prepare wrote it (emptied, cut): one line
-        got = sha256_file(prepared / f"{s}.jsonl")
-        if got != manifest.sha256[s]:
-            raise UnreadableFile(f"{prepared / f'{s}.jsonl'}: sha256 {got[:12]}, "
-                                 f"{manifest_path(prepared)} records {manifest.sha256[s][:12]}: "
-                                 "re-run prepare (dvc repro) or restore it (dvc checkout)")
     raw = manifest.raw
-    splits = {s: read_pairs_jsonl(prepared / f"{s}.jsonl") for s in SPLITS}
+    splits = {s: read_prepared(prepared, s, manifest.sha256[s]) for s in SPLITS}
     contract = train_tokenizers(cfg, splits["train"], raw)
     path = cfg.paths.tokenizer_contract
     written = TokenizerContract.load(path)  # read back, as every later stage

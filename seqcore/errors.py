@@ -7,6 +7,8 @@ other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import json
+
 
 class OneLineError(Exception):
     """An expected failure with a complete one-line message (no traceback needed)."""
@@ -23,8 +25,10 @@ def unreadable(path: object, err: Exception, line: int | None = None) -> Unreada
     json.JSONDecodeError), at ``line`` when the file is read line by line."""
     if isinstance(err, UnicodeDecodeError):
         what = f"not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start})"
+    elif isinstance(err, json.JSONDecodeError):
+        what = f"not valid JSON ({err.msg})"
     else:
-        what = f"not valid JSON ({getattr(err, 'msg', err)})"
+        what = f"not readable ({err})"
     where = f" line {line}:" if line is not None else ""
     return UnreadableFile(f"{path}:{where} {what}; re-run the stage that writes it "
                           "(dvc repro), or restore it (dvc checkout)")

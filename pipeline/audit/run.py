@@ -31,7 +31,6 @@ from pipeline.audit.options import AuditOptions
 from pipeline.audit.verdict import code_line, verdict_tags
 from pipeline.dvc_files import parse_yaml12, upstream_lock_digest
 from pipeline.git_state import head_commit
-from pipeline.record import tracking_uri
 from pipeline.stage import load_params
 from seqcore.audit import AuditReport
 from seqcore.credentials import redact_text
@@ -144,7 +143,7 @@ def audit_run_id(opts: AuditOptions, run_id: str, root: Path) -> AuditReport:
 
     root, here = root.resolve(), Path(__file__).resolve().parents[2]
     with contextlib.chdir(root):
-        uri = tracking_uri(load_params(opts.params).mlflow.tracking_uri)
+        uri = opts.store(load_params(opts.params))
     client = mlflow.MlflowClient(tracking_uri=uri)
     try:
         run = client.get_run(run_id)

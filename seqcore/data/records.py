@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from seqcore.errors import UnreadableFile
+from seqcore.hashing import sha256_file
 from seqcore.jsonl import read_jsonl, write_jsonl
 from seqcore.text import CONTROL_CHARS
 
@@ -100,6 +102,22 @@ class BadRowError(ValueError):
 def write_pairs(pairs: list[Pair], path: Path) -> None:
     """Prepared pairs as JSONL, keys sorted (stable bytes)."""
     write_jsonl(pairs, path)
+
+
+def read_prepared(folder: Path, split: str, sha256: str) -> list[Pair]:
+    """The pairs of ``split`` in the prepare stage's ``folder``, checked against ``sha256``,
+    the hash its manifest records (seqcore.artifacts.manifests.PreparedManifest).
+
+    Raises:
+        UnreadableFile: the file changed after prepare wrote it (emptied, cut, edited): one
+            line naming it and what to do (issue 54).
+    """
+    path = Path(folder) / f"{split}.jsonl"
+    got = sha256_file(path)
+    if got != sha256:
+        raise UnreadableFile(f"{path}: sha256 {got[:12]}, its manifest records {sha256[:12]}: "
+                             "re-run prepare (dvc repro) or restore it (dvc checkout)")
+    return read_pairs_jsonl(path)
 
 
 def read_pairs_jsonl(path: Path) -> list[Pair]:
