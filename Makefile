@@ -13,7 +13,7 @@ TORCH_LOCK := locks/torch-$(TORCH).txt
 # DVC stages run `python -m pipeline.<stage>`: put the venv first on PATH.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: repro relock test test-fast audit mutate mutate-generated full install clean-venv
+.PHONY: repro relock test test-fast audit mutate mutate-generated full install clean-venv gpu-check
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ test: $(STAMP)
 # docs/testing.md). `make test` (CI) still runs everything.
 test-fast: $(STAMP)
 	python -m pytest -q -n auto --dist loadfile -m "not slow"
+
+# The one device check on a GPU machine (issue 53; docs/benchmarks.md): cuda tests, throughput,
+# a train-stage run with its ledger replay, decode speed; one Markdown table, < 8 minutes.
+gpu-check: $(STAMP)
+	python -m benchmarks.gpu --out gpu-check.md
 
 # Check the current result end to end (see README "Audit and experiments").
 audit: $(STAMP)

@@ -48,17 +48,20 @@ def in_chunks(items: Sequence[T], batch_size: int, label: str) -> Iterator[Seque
 
 class TrainingProgress:
     """What a training log line says besides the step's own figures: step N/M, the wall
-    time of this run, an ETA from this run's pace, and the last dev NLL (the log's ``nan``
-    between evaluations read as divergence)."""
+    time of this run, an ETA from this run's pace, and the last dev NLL and dev-sample WER
+    and PER (the log's ``nan`` between evaluations read as divergence)."""
 
     def __init__(self, first: int, last: int) -> None:
         self.first, self.last, self.step = first, last, first
         self.start, self.dev_nll, self.dev_step = time.monotonic(), None, None
+        self.dev_rates: tuple[float, float] | None = None
 
     def update(self, e: StepLog) -> None:
         self.step = int(e.step)
         if not math.isnan(e.dev_nll):
             self.dev_nll, self.dev_step = e.dev_nll, self.step
+        if not math.isnan(e.dev_wer):
+            self.dev_rates = (e.dev_wer, e.dev_per)
 
     def line(self, e: StepLog, tokens_per_s: float) -> str:
         elapsed = time.monotonic() - self.start
@@ -66,6 +69,8 @@ class TrainingProgress:
         eta = elapsed / done * (self.last - self.step) if done else math.nan
         dev = (f"dev_nll {self.dev_nll:.4f} (step {self.dev_step})" if self.dev_nll is not None
                else "dev_nll -")
+        if self.dev_rates is not None:
+            dev += f" dev_wer {100 * self.dev_rates[0]:.1f}% dev_per {100 * self.dev_rates[1]:.2f}%"
         return (f"step {self.step}/{self.last} loss {e.loss:.4f} lr {e.lr:.2e} grad_norm "
                 f"{e.grad_norm:.3f} {dev} skipped {e.skipped:.0f} tok/s {tokens_per_s:.0f} "
                 f"elapsed {_clock(elapsed)} eta {_clock(eta)}")

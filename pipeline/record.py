@@ -39,9 +39,12 @@ MAX_KEY_CHARS = 250  # MLflow param/metric/tag key limit
 
 
 #: MLflow step metric <- training log column. The UI groups a run's charts into sections by
-#: the prefix before "/" (sorted by name, the unprefixed final figures last): the loss and dev
-#: curves come first, then the optimiser's, then the time/ figures (pipeline/timing.py).
-TRAIN_CURVES = (("loss/train", "loss"), ("loss/dev_nll", "dev_nll"), ("optim/lr", "lr"),
+#: the prefix before "/" (sorted by name, the unprefixed final figures last): the dev decoding
+#: (issue 52: dev-sample WER, PER, exact match), then the loss and dev NLL curves, then the
+#: optimiser's, then the time/ figures (pipeline/timing.py).
+TRAIN_CURVES = (("dev/wer", "dev_wer"), ("dev/per", "dev_per"),
+                ("dev/exact_match_multi_ref", "dev_exact_multi_ref"),
+                ("loss/train", "loss"), ("loss/dev_nll", "dev_nll"), ("optim/lr", "lr"),
                 ("optim/grad_norm", "grad_norm"), ("optim/ss_prob", "ss_prob"))
 
 

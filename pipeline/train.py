@@ -58,6 +58,9 @@ def main() -> None:
                 (earlier + elapsed()).write(clock)
                 if not sys.stderr.isatty():
                     print(f"[train] {progress.line(e, tokens_per_s)}", file=sys.stderr)
+            if trainer.dev_outputs is not None and e.dev_wer == e.dev_wer:  # decoded: not NaN
+                for line in setup.show_dev(trainer.dev_outputs, cfg.train.dev_decode_show):
+                    print(f"[train] dev step {e.step}: {line}", file=sys.stderr)
 
         try:
             state = trainer.run(log)

@@ -210,7 +210,16 @@ class TrainConfig:
     # DVC, so the audit can replay segments of the training; 0 keeps the first and last only.
     ledger_every: int = 250
     keep_last: int = 3
-    select: Literal["best_dev", "last"] = "last"
+    # The model file's step (issue 52): the last, the lowest dev NLL (best_dev), or the lowest
+    # dev WER or PER of the dev decoding below (ties: the other rate, then dev NLL, then the
+    # earlier step; docs/training.md).
+    select: Literal["best_dev", "best_dev_wer", "best_dev_per", "last"] = "last"
+    # Dev decoding while training (issue 52): at every evaluation, decode this many dev words
+    # (evenly spaced over the dev split's words, no RNG; 0 = off) and log dev WER, PER and
+    # exact match beside dev NLL. It changes no weight, no RNG state and no data cursor.
+    dev_decode_words: int = 300
+    dev_decode_beam: int = 1  # 1 = greedy; k > 1 = beam search of width k (gnmt, alpha 0.6)
+    dev_decode_show: int = 3  # dev words printed with their current output (console only)
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
     # CPU kernels (seqcore.kernels, issue 49): portable = ATen's AVX2 build and MKL's

@@ -69,6 +69,9 @@ RANGES: dict[str, str] = {
     "train.ss_k": "(0, inf)",
     "train.ss_cap": "[0, 1]",
     "train.bptt_len": "[1, inf)",
+    "train.dev_decode_words": "[0, inf)",  # 0 = off
+    "train.dev_decode_beam": "[1, inf)",  # 1 = greedy
+    "train.dev_decode_show": "[0, inf)",
     "decode.beam_size": "[1, inf)",
     "decode.n_best": "[1, inf)",
     "decode.alpha": "[0, inf)",

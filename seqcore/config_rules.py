@@ -75,6 +75,9 @@ def problems(cfg: Config) -> Iterator[Problem]:
     if tr.ss_schedule == "exponential" and not tr.ss_k < 1:
         yield Problem("train.ss_k", tr.ss_k,
                       "must be in (0, 1) when train.ss_schedule is exponential")
+    if tr.select in ("best_dev_wer", "best_dev_per") and tr.dev_decode_words == 0:
+        yield Problem("train.select", tr.select, "needs dev decoding while training: set "
+                      "train.dev_decode_words > 0 (or use best_dev or last)")
     for key, spec in (("train.device", tr.device), ("decode.device", dec.device)):
         if not DEVICE_SPEC.fullmatch(spec):
             yield Problem(key, spec, "must be one of auto, cpu, cuda, cuda:N")

@@ -28,6 +28,12 @@ REASONS: dict[str, str] = {
     "sequence_mean_nll": "no non-empty target sequences",
     "exposure_bias_gap": "teacher-forced or free-running accuracy is undefined",
     "best_dev_nll": "no dev evaluation ran (fewer steps than train.eval_every)",
+    "best_dev_wer": "no dev decoding ran (train.dev_decode_words is 0, or the task decodes "
+                    "nothing)",
+    "selected_dev_wer": "the selected step decoded no dev words (train.dev_decode_words is 0, "
+                        "or the task decodes nothing)",
+    "selected_dev_per": "the selected step decoded no dev words (train.dev_decode_words is 0, "
+                        "or the task decodes nothing)",
 }
 _RATE_OF = {"repeated_ngrams": "no hypothesis has an n-gram of evaluate.repeat_ngram tokens"}
 DEFAULT_REASON = "undefined: a rate or mean over zero items"

@@ -154,14 +154,15 @@ def result_signature(contract_sig: str, training_contract_hash: str, model_sha25
 
 #: Train-section keys that do not change what is learned (logging and bookkeeping only).
 NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every", "ledger_every",
-                "device"}  # the device *kind* is in the contract (runtime_contract)
+                "dev_decode_show", "device"}  # the device *kind* is in the contract (runtime_contract)
 
 
 #: Contract keys added after checkpoints already existed, with the value that reproduces the
 #: behaviour from before the key: at that value the key is left out of the training
 #: contract, so a checkpoint or model file written before it still resumes and compares equal.
 #: Any other value is in the contract like every key.
-ADDED_KEYS = {"model.transformer.attention_kernel": "auto", "train.cpu_kernels": "native"}
+ADDED_KEYS = {"model.transformer.attention_kernel": "auto", "train.cpu_kernels": "native",
+              "train.dev_decode_words": 0, "train.dev_decode_beam": 1}
 #: Guards: thresholds (and the raw snapshot's pin) that decide whether a stage stops and
 #: change no output byte. The stage that checks one declares it (a change re-checks); it
 #: enters no signature, no training contract, no manifest and no MLflow run.
@@ -173,7 +174,8 @@ GUARD_KEYS = frozenset({
 #: compares with params.yaml): the guards, and training's logging and checkpoint keeping
 #: (proven: tests/stages/test_params_live.py NOT_RESULTS, tests/training/test_resume.py).
 NO_RESULT_KEYS = GUARD_KEYS | {f"train.{k}" for k in ("log_every", "keep_last", "resume",
-                                                      "checkpoint_every", "ledger_every")}
+                                                      "checkpoint_every", "ledger_every",
+                                                      "dev_decode_show")}
 
 
 def guard_fields(section: str) -> frozenset[str]:
@@ -224,6 +226,17 @@ def training_contract(cfg: Config, tokenizer_contract: TokenizerContract) -> dic
     return flat
 
 
+#: What each ``train.select`` exports, in words (the tie rules of seqcore.training.dev_decode).
+SELECT_RULES = {
+    "last": "last step",
+    "best_dev": "lowest dev token NLL",
+    "best_dev_wer": "lowest dev-sample WER (ties: lower dev PER, then lower dev NLL, then the "
+                    "earlier step)",
+    "best_dev_per": "lowest dev-sample PER (ties: lower dev WER, then lower dev NLL, then the "
+                    "earlier step)",
+}
+
+
 def derived_params(cfg: Config) -> dict[str, str]:
     """Contract rules fixed by the shared training loop rather than params.yaml, logged next
     to the params (each task adds its own: ``Task.derived_params``).
@@ -236,6 +249,5 @@ def derived_params(cfg: Config) -> dict[str, str]:
         "derived.signature.format": str(SIGNATURE_FORMAT),
         "derived.clip.where": "after unscale, after all micro-batches of the step",
         "derived.clip.norm": "global L2 over all parameters" if tr.clip_norm > 0 else "off",
-        "derived.checkpoint.select": "lowest dev token NLL" if tr.select == "best_dev"
-        else "last step",
+        "derived.checkpoint.select": SELECT_RULES[tr.select],
     }

@@ -50,7 +50,13 @@ NOT_IN_CLOSURE = {
                 *LM_MODEL, *LM_TRAINING),
     "tokenizer": ("seqcore/training", "seqcore/models", "seqcore/decoding", "seqcore/metrics",
                   *LM_MODEL, *LM_TRAINING),
-    "train": ("seqcore/decoding", "seqcore/metrics"),
+    # train decodes a dev sample while training (issue 52: seqcore.training.dev_decode) with
+    # the searches and the edit distance only: never rescoring, sampling or the evaluation
+    "train": ("seqcore/decoding/factory.py", "seqcore/decoding/predictions.py",
+              "seqcore/decoding/rescore.py", "seqcore/decoding/sampling.py",
+              *(f"seqcore/metrics/{m}.py" for m in (
+                  "bootstrap", "comparison", "evaluation", "failures", "model_output", "plots",
+                  "recompute", "report", "scores", "teacher"))),
     "decode": ("seqcore/metrics", "seqcore/training", *LM_TRAINING),
 }
 

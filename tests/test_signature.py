@@ -189,9 +189,11 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
             cfg.model, transformer=dataclasses.replace(cfg.model.transformer,
                                                        attention_kernel=name)))
 
-    # and those written before train.cpu_kernels (issue 49) ran the host's native kernels
+    # and those written before train.cpu_kernels (issue 49) ran the host's native kernels,
+    # before the dev decoding (issue 52) decoded nothing
     assert ADDED_KEYS == {"model.transformer.attention_kernel": "auto",
-                          "train.cpu_kernels": "native"}
+                          "train.cpu_kernels": "native", "train.dev_decode_words": 0,
+                          "train.dev_decode_beam": 1}
     auto = training_contract(kernel("auto"), CONTRACT)
     assert not any(k.endswith("attention_kernel") for k in auto)
     math = training_contract(kernel("math"), CONTRACT)

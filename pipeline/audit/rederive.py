@@ -18,7 +18,7 @@ import io
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.compare import field_differences, path_differences
 from seqcore.config import Config
 from seqcore.training.checkpoint import Checkpoint, CheckpointDir
+from seqcore.training.dev_decode import SELECT_KEYS, best_row
+from seqcore.training.select import dev_figures
 
 #: Stages redone by the default audit, in pipeline order.
 REDERIVED: dict[str, Callable[[Config], Any]] = {
@@ -104,10 +106,27 @@ def training_meta_diffs(cfg: Config, meta: ModelMeta) -> list[str]:
     diffs = [f"{tm_path}: field {k}: file has {a!r}, model file meta gives {b!r}"
              for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
     rows = TrainLog.load(log_path).rows
+    diffs += _dev_decoding_diffs(tm, tm_path, rows, meta, f"the log {log_path}")
     last = rows[-1].step if rows else 0
     if last != meta.step:
         diffs.append(f"{log_path}: last step: file has {last:g}, model file meta gives "
                      f"{meta.step}")
+    return diffs
+
+
+def _dev_decoding_diffs(tm: TrainMetrics, tm_path: Path, rows: Sequence[StepLog],
+                        meta: ModelMeta, source: str) -> list[str]:
+    """The dev decoding's training metrics (issue 52) against ``rows`` (the log, or the last
+    checkpoint's history), and, under ``select: best_dev_wer``/``best_dev_per``, the model
+    file's step against the row that selection chooses there."""
+    want = {k: _finite(v) for k, v in dev_figures(rows, meta.selected_step).items()}
+    diffs = [f"{tm_path}: field {k}: file has {a!r}, {source} gives {b!r}"
+             for k, a, b in field_differences({k: tm.counters()[k] for k in want}, want)]
+    chosen = best_row(rows, meta.select) if meta.select in ("best_dev_wer", "best_dev_per") \
+        else None
+    if chosen is not None and chosen.step != meta.selected_step:
+        diffs.append(f"model file meta: selected step {meta.selected_step}, but {source} "
+                     f"chooses step {chosen.step} under train.select {meta.select}")
     return diffs
 
 
@@ -137,7 +156,7 @@ def training_diffs(cfg: Config, meta: ModelMeta, folder: Path) -> list[str]:
             diffs.append(f"{log_path}: line {i + 2}, column {c}: {sides[0]} has {a!r}, "
                          f"{sides[1]} has {b!r}")
             break
-    selected = ckpt.root / "best.pt" if cfg.train.select == "best_dev" and \
+    selected = ckpt.root / "best.pt" if cfg.train.select in SELECT_KEYS and \
         (ckpt.root / "best.pt").exists() else last_path
     chosen = Checkpoint.load(selected) if selected != last_path else last
     want = {"steps": st.step, "tokens": st.tokens, "skipped_steps": st.skipped,
@@ -152,6 +171,8 @@ def training_diffs(cfg: Config, meta: ModelMeta, folder: Path) -> list[str]:
             "selected_step": meta.selected_step, "step": meta.step}
     diffs += [f"model file meta: field {k}: model file has {a!r}, checkpoints give {b!r}"
               for k, a, b in field_differences(have, meta_want)]
+    diffs += _dev_decoding_diffs(tm, tm_path, [StepLog(*r) for r in history], meta,
+                                 f"checkpoint {last_path}")
     weights, kept = ModelFile.load(cfg.paths.model).weights, chosen.weights
     off = sorted(set(weights) ^ set(kept)) + [
         k for k in kept if k in weights and not torch.equal(weights[k], kept[k])]

@@ -12,6 +12,7 @@ no version field (bytes kept); it reads as version 1.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -37,6 +38,12 @@ class StepLog:
     skipped: int  # skipped steps so far
     dev_nll: float  # dev token NLL on an evaluation step, else NaN
     ss_prob: float  # scheduled-sampling probability
+    # Dev decoding (issue 52; seqcore.training.dev_decode) on an evaluation step with
+    # train.dev_decode_words > 0, else NaN: word error rate against each word's first
+    # reference, token error rate (PER for g2p) against it, exact match against any reference.
+    dev_wer: float = math.nan
+    dev_per: float = math.nan
+    dev_exact_multi_ref: float = math.nan
 
     def row(self) -> list[float]:
         """The values in LOG_COLUMNS order: a CSV row, and the checkpoint's history format."""
@@ -45,6 +52,8 @@ class StepLog:
 
 #: Columns of the training log, in StepLog's field order.
 LOG_COLUMNS = tuple(f.name for f in fields(StepLog))
+#: Columns a log written before them lacks (read as NaN: that training decoded nothing).
+ADDED_COLUMNS = ("dev_wer", "dev_per", "dev_exact_multi_ref")
 _TYPES = {f.name: int if f.type == "int" else float for f in fields(StepLog)}
 
 
@@ -108,21 +117,21 @@ class TrainLog:
         except UnicodeDecodeError as err:
             raise unreadable(path, err) from None
         header = table[0] if table else []
-        missing = [c for c in LOG_COLUMNS if c not in header]
+        missing = [c for c in LOG_COLUMNS if c not in header and c not in ADDED_COLUMNS]
         unknown = [c for c in header if c not in LOG_COLUMNS]
         if missing or unknown or len(set(header)) != len(header):
             raise ArtifactError(
                 f"{path}: not a training log this code reads (header {','.join(header)!r}: "
                 f"missing {missing}, unknown {unknown}); re-run the stage that writes it "
                 "(dvc repro)")
-        at = [header.index(c) for c in LOG_COLUMNS]
+        at = [header.index(c) if c in header else None for c in LOG_COLUMNS]
         rows: list[StepLog] = []
         cells: list[tuple[str, ...]] = []
         for line, row in enumerate(table[1:], start=2):
             if len(row) > len(header):
                 raise ArtifactError(f"{path}: line {line}: {len(row)} cells, the header has "
                                     f"{len(header)}; re-run the stage that writes it (dvc repro)")
-            text = tuple(row[i] if i < len(row) else "" for i in at)
+            text = tuple("nan" if i is None else row[i] if i < len(row) else "" for i in at)
             rows.append(StepLog(*(_cell(path, line, c, t) for c, t in zip(LOG_COLUMNS, text))))
             cells.append(text)
         return cls(tuple(rows), raw_cells=tuple(cells))

@@ -6,6 +6,7 @@ The same data is declared as DVC plots in dvc.yaml (`dvc plots show` renders it)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402 (after matplotlib.use)
 
-from seqcore.artifacts.train_log import TrainLog  # noqa: E402 (below the backend choice)
+from seqcore.artifacts.train_log import StepLog, TrainLog  # noqa: E402 (below the backend choice)
 
 #: (column, axis title) of the bucket panels: the same series as dvc.yaml's bucket plots.
 BUCKET_SERIES = (("word_error_rate", "word error rate"),
@@ -22,18 +23,31 @@ BUCKET_SERIES = (("word_error_rate", "word error rate"),
                  ("exposure_bias_gap", "exposure-bias gap"))
 
 
+def _points(rows: Sequence[StepLog], col: str) -> list[tuple[float, float]]:
+    pts = [(float(r.step), float(getattr(r, col))) for r in rows]
+    return [(s, v) for s, v in pts if not math.isnan(v)]
+
+
 def training_curve_png(train_log: Path, out: Path) -> None:
-    """Training loss and dev NLL against the optimisation step."""
+    """Training loss and dev NLL against the optimisation step and, when the training decoded
+    a dev sample (issue 52), its WER and PER on a second axis."""
     rows = TrainLog.load(train_log).rows
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for col, style in (("loss", "-"), ("dev_nll", "o-")):
-        pts = [(float(r.step), float(getattr(r, col))) for r in rows]
-        pts = [(s, v) for s, v in pts if not math.isnan(v)]
-        if pts:
+        if pts := _points(rows, col):
             ax.plot(*zip(*pts), style, label=col, markersize=3)
     ax.set_xlabel("step")
     ax.set_ylabel("nats per token")
-    ax.set_title("Training curve (train loss incl. label smoothing; dev NLL)")
+    rates = [(col, pts) for col in ("dev_wer", "dev_per") if (pts := _points(rows, col))]
+    if rates:
+        right = ax.twinx()
+        for (col, pts), style in zip(rates, ("s--", "^--")):
+            right.plot(*zip(*[(s, 100 * v) for s, v in pts]), style, label=f"{col} (%)",
+                       markersize=3, color="tab:red" if col == "dev_wer" else "tab:purple")
+        right.set_ylabel("dev sample error rate (%)")
+        right.legend(loc="upper center")
+    ax.set_title("Training curve (train loss incl. label smoothing; dev NLL"
+                 + ("; dev decoding)" if rates else ")"))
     ax.legend()
     _save(fig, out)
 

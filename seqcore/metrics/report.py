@@ -170,7 +170,17 @@ def training_summary(train_metrics: TrainMetrics, train_log: Path) -> list[str]:
     return [f"Training: {train_metrics.steps} steps, {epochs} epoch(s) started, "
             f"{train_metrics.tokens} target tokens; wall time {wall}; selected "
             f"checkpoint: step {selected} (best dev NLL {fmt(train_metrics.best_dev_nll)} "
-            f"at step {train_metrics.best_step})."]
+            f"at step {train_metrics.best_step})."] + _dev_decoding(train_metrics)
+
+
+def _dev_decoding(tm: TrainMetrics) -> list[str]:
+    """The dev decoding's line (issue 52), when the training decoded a dev sample."""
+    if tm.best_dev_wer is None or not math.isfinite(tm.best_dev_wer):
+        return []
+    return ["", f"Dev decoding while training (a fixed dev sample, train.dev_decode_words): "
+            f"lowest dev WER {fmt(tm.best_dev_wer)} at step {tm.best_dev_wer_step}; the "
+            f"selected step's dev WER {fmt(tm.selected_dev_wer)}, PER "
+            f"{fmt(tm.selected_dev_per)}."]
 
 
 def _headline(metrics: dict[str, Any]) -> list[str]:

@@ -21,6 +21,7 @@ from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import Batch, make_batch, teacher_forced_passes
+from seqcore.training.dev_decode import DevSample, DevScores, decode_sample, dev_sample
 from seqcore.training.distributed import World
 from seqcore.training.scheduled_sampling import mix_model_tokens
 
@@ -49,6 +50,10 @@ class Feed(Protocol):
 
     def dev_nll(self, model: nn.Module) -> tuple[float, int]:
         """Summed dev NLL and its token count (eval mode, no gradient)."""
+
+    def dev_decode(self, model: nn.Module) -> DevScores | None:
+        """The fixed dev sample decoded and scored (seqcore.training.dev_decode), or None
+        when the task decodes nothing or ``train.dev_decode_words`` is 0."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -91,6 +96,8 @@ class Seq2SeqFeed:
         self.train_ex, self.dev_ex = data
         self.ids, self.norm, self.smoothing = ids, seq.loss_norm, seq.label_smoothing
         self.ss_choice, self.eval_batch, self.device = cfg.ss_choice, cfg.batch_size, device
+        self.sample: DevSample = dev_sample(self.dev_ex, cfg.dev_decode_words)
+        self.decode_beam, self.decode_max_len = cfg.dev_decode_beam, seq.max_tgt_len
         lengths = [len(ex.tgt) for ex in self.train_ex]
         self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed,
                                      world.rank, world.size)
@@ -126,6 +133,13 @@ class Seq2SeqFeed:
         if not self.dev_ex:
             return 0.0, 0
         return teacher_forced_nll(model, self.dev_ex, self.ids, self.eval_batch)
+
+    def dev_decode(self, model: nn.Module) -> DevScores | None:
+        if not len(self.sample):
+            return None
+        assert isinstance(model, EncoderDecoder)
+        return decode_sample(model, self.sample, self.ids, self.decode_max_len, self.decode_beam,
+                             self.eval_batch)
 
     def state_dict(self) -> dict[str, Any]:
         s = self.sampler.state

@@ -37,6 +37,7 @@ from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
     rng_snapshot)
+from seqcore.training.dev_decode import DECODE_COLUMNS, DevScores, best_row, selection_key
 from seqcore.training.feeds import Feed
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
@@ -95,6 +96,8 @@ class TrainLoop:
         self.gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * world.rank)
         self.state = TrainState()
         self.on_step: Callable[[int], None] = lambda step: None
+        # the last dev decoding's outputs (the train stage prints a few of them)
+        self.dev_outputs: DevScores | None = None
 
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint(self) -> Checkpoint:
@@ -168,9 +171,9 @@ class TrainLoop:
 
         A run evaluates dev at its last step even off the ``eval_every`` grid; resumed towards
         a larger ``max_steps``, that step is no longer the last, and the straight run never
-        evaluated there. So the closing evaluation leaves the history and the best-dev
-        bookkeeping (recomputed from the evaluations that remain, first of equals as in
-        ``_maybe_evaluate``), and a ``best.pt`` it wrote is removed. It used no RNG and moved
+        evaluated there. So the closing evaluation (dev NLL and dev decoding) leaves the
+        history and the best-dev bookkeeping (recomputed from the evaluations that remain,
+        first of equals as in ``_maybe_evaluate``), and a ``best.pt`` it wrote is removed. It used no RNG and moved
         no data, so under a schedule that does not depend on ``max_steps`` (constant, noam)
         the continued run then equals the straight one: weights, log and checkpoints.
         """
@@ -178,12 +181,11 @@ class TrainLoop:
         last = s.history[-1] if s.history else None
         if last is None or last.step % self.cfg.eval_every == 0 or math.isnan(last.dev_nll):
             return
-        s.history[-1] = replace(last, dev_nll=math.nan)
-        best = min((h for h in s.history if not math.isnan(h.dev_nll)),
-                   key=lambda h: h.dev_nll, default=None)
-        closing_was_best = s.best_step == last.step
+        chosen = best_row(s.history, self.cfg.select)  # best.pt's row (None under last)
+        s.history[-1] = replace(last, dev_nll=math.nan, **dict.fromkeys(DECODE_COLUMNS, math.nan))
+        best = best_row(s.history, "best_dev")
         s.best_dev, s.best_step = (best.dev_nll, best.step) if best else (math.inf, 0)
-        if closing_was_best and self.world.main:
+        if chosen is not None and chosen.step == last.step and self.world.main:
             self.ckpt.drop_best()
 
     # -- one step ------------------------------------------------------------------------
@@ -281,7 +283,9 @@ class TrainLoop:
                 self.ckpt.save_ledger(step, state)
 
     def _maybe_evaluate(self, entry: StepLog) -> StepLog:
-        """The entry with its dev NLL on an evaluation step (and a new best checkpoint)."""
+        """The entry with its dev NLL (and, with dev decoding on, its dev WER, PER and exact
+        match: seqcore.training.dev_decode) on an evaluation step, and a new best checkpoint
+        when ``train.select`` names a figure that improved."""
         s = self.state
         if s.step % self.cfg.eval_every and s.step != self.cfg.max_steps:
             return entry
@@ -289,16 +293,28 @@ class TrainLoop:
         if count == 0:
             return entry
         dev_nll = total / count
-        if self.world.size > 1:  # every rank takes rank 0's value, so all decide alike
-            dev_nll = distributed.all_reduce_sum(self.world, [dev_nll if self.world.main else 0.0],
-                                       self.device)[0]
-        if dev_nll < s.best_dev:
-            s.best_dev, s.best_step = dev_nll, s.step
-            if self.cfg.select == "best_dev":
-                best = self.checkpoint()
-                if self.world.main:
-                    self.ckpt.save_best(best)
-        return replace(entry, dev_nll=dev_nll)
+        scores = self.feed.dev_decode(self.model)
+        figures = [dev_nll] + ([scores.wer, scores.per, scores.exact_multi_ref] if scores else [])
+        if self.world.size > 1:  # every rank takes rank 0's values, so all decide alike
+            figures = distributed.all_reduce_sum(
+                self.world, [v if self.world.main else 0.0 for v in figures], self.device)
+        entry = replace(entry, dev_nll=figures[0])
+        if scores is not None:
+            entry = replace(entry, **dict(zip(DECODE_COLUMNS, figures[1:], strict=True)))
+            self.dev_outputs = scores
+        if self.cfg.select == "best_dev":
+            improved = entry.dev_nll < s.best_dev
+        else:  # first of equals: a later row must be strictly better
+            key, best = selection_key(entry, self.cfg.select), best_row(s.history, self.cfg.select)
+            improved = key is not None and (best is None or
+                                            key < selection_key(best, self.cfg.select))
+        if entry.dev_nll < s.best_dev:
+            s.best_dev, s.best_step = entry.dev_nll, s.step
+        if improved:
+            best_state = self.checkpoint()
+            if self.world.main:
+                self.ckpt.save_best(best_state)
+        return entry
 
 
 def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) -> None:

@@ -21,6 +21,7 @@ from seqcore.config import Config, SequenceConfig
 from seqcore.data.examples import Example
 from seqcore.models import build_model
 from seqcore.signature import training_contract
+from seqcore.training.dev_decode import DevScores
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Feed, Seq2SeqFeed
 
@@ -35,6 +36,9 @@ class Setup:
         held_out: the NLL behind each of those perplexities, in total and per document, by
             metrics key (the lm task's seqcore.tasks.lm.feed.StreamNLL; ``lm_report`` of it is
             ``report()``; none for the pair tasks).
+        show_dev: a few dev words with their output in the last dev decoding (issue 52), as
+            lines for the progress log: ``show_dev(scores, count)`` (none where nothing
+            decodes).
     """
 
     model: nn.Module
@@ -45,6 +49,7 @@ class Setup:
     save: Callable[[Path, ModelMeta], str]
     report: Callable[[], dict[str, Any]]
     held_out: Callable[[], dict[str, Any]] = dict
+    show_dev: Callable[[DevScores, int], list[str]] = lambda scores, count: []
 
 
 CPU = torch.device("cpu")

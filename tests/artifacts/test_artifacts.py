@@ -274,8 +274,8 @@ ENCODED = EncodedManifest(
     {"dropped": {"source too long": 2}}, "reports/length_rejects.tsv", 32, 32, "drop")
 
 TRAINED = TrainMetrics(6, 1200, 0, 3, 1.25, 2.5, 3)
-LM_TRAINED = TrainMetrics(4, 80, 0, 0, math.inf, 3.0, 4, {"lm": {"dev_ppl_carried": 9.5,
-                                                                  "test_ppl_carried": math.nan}})
+LM_TRAINED = TrainMetrics(4, 80, 0, 0, math.inf, 3.0, 4,
+                          report={"lm": {"dev_ppl_carried": 9.5, "test_ppl_carried": math.nan}})
 
 
 @pytest.mark.parametrize("artifact", [COVERAGE, PREPARED, ENCODED, TRAINED],
@@ -375,10 +375,12 @@ def test_train_log_writes_the_bytes_of_csv_writer_and_reads_them_back_nan_cells_
         for entry in STEPS[1:]:
             out.append(entry)
     assert path.read_bytes() == csv_writer_bytes(STEPS)
-    assert path.read_text().splitlines()[1].endswith(",nan,0.0")
+    # dev NLL, the scheduled-sampling probability, then the dev decoding's three (issue 52)
+    assert path.read_text().splitlines()[1].endswith(",nan,0.0,nan,nan,nan")
     back = TrainLog.load(path)
-    assert [r.row()[:7] + r.row()[8:] for r in back.rows] == [
-        r.row()[:7] + r.row()[8:] for r in STEPS]
+    assert [r.row()[:7] + r.row()[8:9] for r in back.rows] == [
+        r.row()[:7] + r.row()[8:9] for r in STEPS]
+    assert all(math.isnan(v) for r in back.rows for v in r.row()[9:])
     assert math.isnan(back.rows[0].dev_nll) and back.rows[1].dev_nll == 1.0 / 3
     assert [type(v) for v in back.rows[0].row()] == [type(v) for v in STEPS[0].row()]
     assert back.cells() == TrainLog(STEPS).cells()  # the text the audit compares

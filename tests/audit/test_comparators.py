@@ -15,7 +15,7 @@ import shutil
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import mlflow
@@ -274,6 +274,29 @@ def test_a_train_metrics_counter_differing_from_the_checkpoint_is_one_line_namin
     assert training_diffs(*record_args(rec)) == [
         f"{rec.cfg.paths.train_metrics}: field tokens: file has 23, checkpoints and model file "
         "give 22"]
+
+
+def test_dev_decoding_figures_and_a_wer_selection_are_checked_against_the_checkpoint(
+        tmp_path: Path) -> None:
+    # issue 52: the training metrics' dev-decoding figures come from the history; under
+    # select: best_dev_wer the model file must hold the step that selection chooses there
+    decoded = [replace(HISTORY[0], dev_wer=0.5, dev_per=0.25, dev_exact_multi_ref=0.5),
+               replace(HISTORY[1], dev_wer=0.5, dev_per=0.2, dev_exact_multi_ref=0.5)]
+    counters = replace(COUNTERS, best_dev_wer=0.5, best_dev_wer_step=2, selected_dev_wer=0.5,
+                       selected_dev_per=0.2)
+    rec = training_record(tmp_path, log=decoded, counters=counters)
+    whole_checkpoint(state=STATE, history=[r.row() for r in decoded],
+                     model=weights()).save(rec.checkpoint)
+    assert training_diffs(*record_args(rec)) == []
+    tm = rec.cfg.paths.train_metrics
+    replace(counters, best_dev_wer_step=1).save(tm)  # step 1 has no dev NLL: not a candidate
+    assert training_diffs(*record_args(rec)) == [
+        f"{tm}: field best_dev_wer_step: file has 1, checkpoint {rec.checkpoint} gives 2"]
+    counters.save(tm)
+    wer_meta = replace(META, select="best_dev_wer", selected_step=1)
+    diffs = training_diffs(rec.cfg, wer_meta, rec.checkpoint.parent)
+    assert (f"model file meta: selected step 1, but checkpoint {rec.checkpoint} chooses step 2 "
+            "under train.select best_dev_wer") in diffs
 
 
 # --- the MLflow run against the pipeline record (pipeline/audit/mlflow_run.mlflow_diffs) --------

@@ -69,6 +69,12 @@ def test_code_defaults_equal_params_yaml() -> None:
                                          "tokenizer.eos_id (3)"),
     ({"train": {"ss_schedule": "exponential"}},
      "train.ss_k = 1000.0: must be in (0, 1) when train.ss_schedule is exponential"),
+    ({"train": {"select": "best_dev_wer", "dev_decode_words": 0}},
+     "train.select = 'best_dev_wer': needs dev decoding while training: set "
+     "train.dev_decode_words > 0 (or use best_dev or last)"),
+    ({"train": {"select": "best_wer"}}, "train.select = 'best_wer': must be one of best_dev, "
+                                        "best_dev_wer, best_dev_per, last; did you mean "
+                                        "best_dev_wer?"),
     ([1, 2], "(whole file) = [1, 2]: expected a mapping of keys to values"),
 ])
 def test_invalid_params_are_rejected_with_a_named_reason(raw: dict, message: str) -> None:

@@ -142,6 +142,8 @@ LIVE: dict[str, Live] = {
     "train.ledger_every": Live("train", 3),
     "train.keep_last": Live("train", 1),
     "train.select": Live("train", "last", {"train.lr": 20.0}),
+    "train.dev_decode_words": Live("train", 1),
+    "train.dev_decode_beam": Live("train", 4),
     "train.ss_schedule": Live("train", "linear", {"train.ss_k": 1.0, "train.ss_cap": 0.9}),
     "train.ss_k": Live("train", 1000.0, SS),
     "train.ss_cap": Live("train", 0.5, SS),
@@ -187,6 +189,7 @@ LIVE: dict[str, Live] = {
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.
 NOT_RESULTS: dict[str, str] = {
+    "train.dev_decode_show": "how many dev words the progress lines print: console only",
     "train.device": "where training runs; on a CPU-only machine auto and cpu are the same device "
                     "(CUDA cases: tests/training/test_cuda.py); its kind is a training-contract key",
     "train.nproc": "processes under torchrun: one SUM all-reduce, so 2 ranks give the "

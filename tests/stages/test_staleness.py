@@ -74,6 +74,7 @@ EXCEPTIONS: dict[str, tuple[frozenset[str], str]] = {k: (frozenset(v), why) for 
     **{f"train.{k}": ({"train"}, "bookkeeping: the same weights, log and metrics")
        for k in ("log_every", "keep_last", "resume", "checkpoint_every")},
     "train.ledger_every": ({"train"}, "which training states the ledger keeps (issue 33)"),
+    "train.dev_decode_show": ({"train"}, "console only: the dev words the progress lines show"),
 }.items()}
 
 #: Keys templated into dvc.yaml's paths: another value moves a dep or an out (DVC sees a

@@ -230,6 +230,7 @@ def test_lm_setup_trains_and_reports_carried_and_reset_perplexity(tmp_path: Path
         assert bounds["low"] < bounds["high"]  # three different documents
     assert interval_metrics(held_out, Resampling(0, 1, 0.95)) == {}
     assert setup.contract["task"] == "lm" and "trunc:bptt-5" in setup.signature
+    assert not any(k.startswith("train.dev_decode") for k in setup.contract)
     with pytest.raises(ValueError, match="number of parallel streams"):
         lm_setup(cfg, docs[:1])
 
@@ -241,6 +242,11 @@ def test_lm_task_needs_a_recurrent_model_and_no_scheduled_sampling() -> None:
     with pytest.raises(ConfigError, match="ss_schedule = 'linear': must be off"):
         task_checked(config_from_dict({"task": "lm", "model": {"family": "gru"},
                                        "train": {"ss_schedule": "linear"}}), "params")
+    # nothing to decode: no selection by dev WER or PER (issue 52), and no dev-decoding key in
+    # the lm training contract
+    with pytest.raises(ConfigError, match="select = 'best_dev_wer': must be best_dev or last"):
+        task_checked(config_from_dict({"task": "lm", "model": {"family": "gru"},
+                                       "train": {"select": "best_dev_wer"}}), "params")
 
 
 def test_the_lm_report_shows_each_perplexity_with_its_interval_and_the_resampling() -> None:

@@ -485,12 +485,13 @@ def test_lm_restored_carried_state_is_the_state_after_the_text_read_so_far(
 
 
 # -- continuing a finished run (issue 53) --------------------------------------------------
-def _finishing_loop(work: Path, max_steps: int) -> TrainLoop:
-    """A tiny run with a dev set that evaluates every 2 steps and at its last step, under
-    the constant schedule (which does not depend on max_steps), dropout on."""
+def _finishing_loop(work: Path, max_steps: int, select: str = "best_dev") -> TrainLoop:
+    """A tiny run with a dev set that evaluates (dev NLL and dev decoding) every 2 steps and
+    at its last step, under the constant schedule (which does not depend on max_steps),
+    dropout on."""
     cfg = TrainConfig(seed=SEED, amp="none", batch_size=4, bucket_width=2, max_steps=max_steps,
                       schedule="constant", lr=1e-2, warmup_steps=0, eval_every=2,
-                      checkpoint_every=1, keep_last=2, threads=1, select="best_dev")
+                      checkpoint_every=1, keep_last=2, threads=1, select=select)
     model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
     pairs = examples(16, seed=3, lengths=(1, 5))
     feed = Seq2SeqFeed((pairs[:12], pairs[12:]), IDS, SequenceConfig(), cfg)
@@ -502,14 +503,15 @@ def _rows(history: list[StepLog]) -> list[list]:
             for h in history]
 
 
-def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path) -> None:
-    straight = _finishing_loop(tmp_path / "straight", 6)
+@pytest.mark.parametrize("select", ["best_dev", "best_dev_wer"])
+def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path, select: str) -> None:
+    straight = _finishing_loop(tmp_path / "straight", 6, select)
     straight.resume()
     straight.run(lambda entry, tokens_per_s: None)
-    first = _finishing_loop(tmp_path / "b", 3)
+    first = _finishing_loop(tmp_path / "b", 3, select)
     first.resume()
     first.run(lambda entry, tokens_per_s: None)
-    second = _finishing_loop(tmp_path / "b", 6)
+    second = _finishing_loop(tmp_path / "b", 6, select)
     assert second.resume() == "ckpt-00000003.pt"
     second.run(lambda entry, tokens_per_s: None)
     assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
@@ -517,6 +519,10 @@ def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path) -> No
     assert _rows(second.state.history) == _rows(straight.state.history)
     assert (second.state.best_step, second.state.best_dev) == \
         (straight.state.best_step, straight.state.best_dev)
+    assert not math.isnan(straight.state.history[1].dev_wer)  # the dev decoding ran too
+    best = [Checkpoint.load(run.ckpt.root / "best.pt") for run in (straight, second)]
+    assert best[0].step == best[1].step and all(
+        torch.equal(a, b) for a, b in zip(best[0].weights.values(), best[1].weights.values()))
 
 
 def test_a_finished_runs_closing_evaluation_leaves_it_when_it_is_continued(

@@ -29,6 +29,9 @@ def config_problems(cfg: Config) -> list[tuple[str, Any, str]]:
     if tr.nproc > tr.batch_size:
         out.append(("train.nproc", tr.nproc, f"must be <= train.batch_size ({tr.batch_size}) "
                     "when task is lm: each rank trains its own streams"))
+    if tr.select in ("best_dev_wer", "best_dev_per"):
+        out.append(("train.select", tr.select, "must be best_dev or last when task is lm (a "
+                    "language model has no source to decode: no dev WER or PER)"))
     if cfg.baseline.kind == "phonetisaurus":
         out.append(("baseline.kind", cfg.baseline.kind,
                     "must be auto or none when task is lm (a G2P baseline needs parallel rows)"))

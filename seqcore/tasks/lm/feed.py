@@ -163,6 +163,10 @@ class LMFeed:
         assert isinstance(model, RNNLM)
         return lm_nll(model, self.dev_docs, self.ids, self.streams, self.bptt, carry=True)
 
+    def dev_decode(self, model: torch.nn.Module) -> None:
+        """A language model has no source to decode from: no dev decoding."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         s = self.batcher.state
         return {"epoch": s.epoch, "next_doc": s.next_doc, "slots": [list(x) for x in s.slots],

@@ -18,6 +18,10 @@ from seqcore.config import Config
 from seqcore.contract import SpecialIds
 from seqcore.hashing import digest
 from seqcore.signature import SIGNATURE_FORMAT, config_contract
+
+#: Train keys of the pair tasks' dev decoding (issue 52): a language model decodes nothing,
+#: so they are no part of its training contract.
+DECODES_NOTHING = ("train.dev_decode_words", "train.dev_decode_beam")
 from seqcore.signature_format import format_signature
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.tasks.lm.feed import LMFeed, StreamNLL, stream_nll
@@ -67,7 +71,8 @@ def lm_setup(cfg: Config, docs: list[Document], device: torch.device = CPU,
     feed = LMFeed((train, dev), ids, cfg.sequence.loss_norm, cfg.sequence.label_smoothing,
                   cfg.train.batch_size, cfg.train.bptt_len, cfg.train.seed, world, device)
     fields = lm_signature_fields(cfg, docs, vocab, feed.norm)
-    contract = config_contract(cfg, ("data", "tokenizer", "model", "train"))
+    contract = {k: v for k, v in config_contract(cfg, ("data", "tokenizer", "model", "train"))
+                .items() if k not in DECODES_NOTHING}
     contract.update({"task": "lm", "signature": format_signature(fields),
                      "vocab_sha256": vocab.sha256(), "sequence.loss_norm": cfg.sequence.loss_norm,
                      "sequence.label_smoothing": cfg.sequence.label_smoothing})

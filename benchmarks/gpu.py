@@ -1,0 +1,251 @@
+"""One device check (issue 53): what a short GPU reservation must prove, in one run, as one
+Markdown table.
+
+    python -m benchmarks.gpu --out gpu-check.md              # on a CUDA machine (< 8 min)
+    python -m benchmarks.gpu --device cpu --quick --out x.md # a rehearsal on a CPU
+
+Run from a repository that holds the default result's inputs (``data/``, ``tokenizer/``,
+``baseline/``: what ``dvc repro`` or ``dvc pull`` leaves). It needs torch, pytest and the
+project's requirements but neither dvc nor mlflow: the train, decode and replay stages run
+without them. Four parts, each in its own process under its own time limit; a part that
+fails or runs out of time is a row that says so, and the others still run:
+
+1. **tests**: the ``cuda``-marked tests (tests/training/test_cuda.py, the device tests of
+   tests/training/test_distributed.py) under pytest: passed, failed, skipped.
+2. **throughput**: the real ``TrainLoop.train_step`` on the encoded training split, for the
+   default shape (2+2 layers, d 128, ff 512) and the ``full`` profile's (3+3, d 256, ff 1024),
+   fp32 and bf16: target tokens/s, ms per step and the GPU-busy share (device-kernel time from
+   torch.profiler over the timed steps, divided by their wall time; CUDA only).
+3. **train stage and ledger replay**: ``python -m pipeline.train`` for ``--train-steps`` steps
+   on the device in a scratch workspace (symlinks to the inputs; every output inside it),
+   then ``python -m pipeline.audit.replay`` of the ledger's last segment: bit-identical or
+   the first difference.
+4. **decode**: ``python -m pipeline.decode`` of that model on the test split, on the device
+   (the default's beam search and rescoring): wall time and words/s.
+
+The table starts with the date, the device, torch and CUDA versions; paste it into
+docs/benchmarks.md. A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+#: (label, enc layers, dec layers, d_model, d_ff): the default shape and the full profile's.
+SHAPES = (("default 2+2 d128", 2, 2, 128, 512), ("full 3+3 d256", 3, 3, 256, 1024))
+#: The inputs a scratch workspace links (the train and decode stages' data deps).
+INPUTS = ("data", "tokenizer", "baseline")
+
+
+def run(cmd: list[str], cwd: Path, limit: float) -> tuple[int | None, str, float]:
+    """(exit status or None on timeout, the output's tail, wall seconds) of ``cmd``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=limit, check=False)
+    except subprocess.TimeoutExpired as err:
+        out = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) \
+            else (err.stdout or "")
+        return None, out[-2000:], time.monotonic() - t0
+    return proc.returncode, (proc.stdout + proc.stderr)[-4000:], time.monotonic() - t0
+
+
+# -- 1. the cuda tests ----------------------------------------------------------------------
+def cuda_tests(limit: float) -> list[tuple[str, str, str]]:
+    code, out, seconds = run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
+         "tests/training/test_cuda.py", "tests/training/test_distributed.py"], REPO, limit)
+    summary = next((line for line in reversed(out.splitlines())
+                    if re.search(r"\d+ (passed|failed|skipped|deselected)", line)), out[-200:])
+    verdict = "timed out" if code is None else "ok" if code == 0 else f"exit {code}"
+    failed = [line for line in out.splitlines() if line.startswith("FAILED")]
+    return [("cuda tests", verdict, f"{summary.strip(' =')}; {seconds:.0f} s"
+             + (f"; {'; '.join(failed)}" if failed else ""))]
+
+
+# -- 2. throughput --------------------------------------------------------------------------
+def throughput(spec: dict[str, Any]) -> dict[str, Any]:
+    """Time ``steps`` real training steps of one shape and amp on the device (a child)."""
+    import torch  # noqa: PLC0415 (the child only)
+
+    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
+    from seqcore.config import load_config  # noqa: PLC0415
+    from seqcore.data.examples import read_examples  # noqa: PLC0415
+    from seqcore.determinism import resolve_device, set_determinism  # noqa: PLC0415
+    from seqcore.training.checkpoint import CheckpointDir  # noqa: PLC0415
+    from seqcore.training.loop import TrainLoop  # noqa: PLC0415
+    from seqcore.training.setups import seq2seq_setup  # noqa: PLC0415
+
+    cfg = load_config(str(REPO / "params.yaml"))
+    _, enc, dec, d, ff = spec["shape"]
+    model = dataclasses.replace(cfg.model, transformer=dataclasses.replace(
+        cfg.model.transformer, enc_layers=enc, dec_layers=dec, d_model=d, d_ff=ff))
+    train = dataclasses.replace(cfg.train, amp=spec["amp"], device=spec["device"],
+                                dev_decode_words=0, max_steps=10**6)
+    cfg = dataclasses.replace(cfg, model=model, train=train)
+    device = resolve_device(spec["device"])
+    tc = TokenizerContract.load(REPO / cfg.paths.tokenizer / "contract.json")
+    set_determinism(cfg.train.seed, cfg.train.threads)
+    setup = seq2seq_setup(cfg, tc, "gpu-check",
+                          (read_examples(REPO / cfg.paths.encoded / "train.jsonl"), []), device)
+    with tempfile.TemporaryDirectory() as tmp:
+        loop = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(Path(tmp), 1),
+                         setup.contract, setup.d_model)
+        setup.model.train()
+        for _ in range(spec["warmup"]):
+            loop.train_step()
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+        activities = [torch.profiler.ProfilerActivity.CPU] + (
+            [torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        tokens, t0 = 0, time.perf_counter()
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(spec["steps"]):
+                tokens += int(loop.train_step().tokens)
+            if cuda:
+                torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    busy = None
+    if cuda:
+        kernel_us = sum(e.self_device_time_total for e in prof.key_averages()
+                        if e.device_type == torch.autograd.DeviceType.CUDA)
+        busy = kernel_us / 1e6 / seconds
+    return {"tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds / spec["steps"],
+            "busy": busy}
+
+
+def throughput_rows(device: str, steps: int, warmup: int, limit: float
+                    ) -> list[tuple[str, str, str]]:
+    rows = []
+    for shape in SHAPES:
+        for amp in ("none", "bf16"):
+            spec = {"shape": shape, "amp": amp, "device": device, "steps": steps,
+                    "warmup": warmup}
+            label = f"throughput {shape[0]} {'fp32' if amp == 'none' else amp}"
+            code, out, _ = run([sys.executable, "-m", "benchmarks.gpu", "--child",
+                                json.dumps(spec)], REPO, limit)
+            if code != 0:
+                rows.append((label, "timed out" if code is None else f"exit {code}",
+                             out.strip().splitlines()[-1][:300] if out.strip() else ""))
+                continue
+            r = json.loads(out.strip().splitlines()[-1])
+            busy = "-" if r["busy"] is None else f"{100 * r['busy']:.0f} %"
+            rows.append((label, f"{r['tokens_per_s']:,.0f} target tokens/s",
+                         f"{r['ms_per_step']:.1f} ms/step over {steps} steps; GPU busy {busy}"))
+    return rows
+
+
+# -- 3 and 4. the train stage, its ledger replay, decode --------------------------------------
+def scratch(work: Path, device: str, train_steps: int) -> None:
+    """A workspace that links the inputs and writes every output inside itself."""
+    for name in INPUTS:
+        if (REPO / name).exists():
+            (work / name).symlink_to(REPO / name)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    every = max(1, train_steps // 2)
+    params["train"].update({"device": device, "max_steps": train_steps, "eval_every": every,
+                            "checkpoint_every": every, "ledger_every": every})
+    params["decode"].update({"device": device})
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def stage_rows(device: str, train_steps: int, limit: float) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        scratch(work, device, train_steps)
+        code, out, seconds = run([sys.executable, "-m", "pipeline.train"], work, limit)
+        if code != 0:
+            return [(f"train stage ({train_steps} steps)",
+                     "timed out" if code is None else f"exit {code}", _last(out))]
+        log = (work / "reports" / "train_log.csv").read_text().splitlines()
+        tokens = sum(int(line.split(",")[4]) for line in log[1:])
+        rows.append((f"train stage ({train_steps} steps)", "ok",
+                     f"{seconds:.0f} s with start-up; {tokens / seconds:,.0f} target tokens/s "
+                     "over the stage"))
+        ledger = sorted((work / "models" / "ledger").glob("ckpt-*.pt"))
+        last = len(ledger) - 1
+        with tempfile.NamedTemporaryFile(suffix=".json") as diffs:
+            code, out, seconds = run(
+                [sys.executable, "-m", "pipeline.audit.replay", "--params", "params.yaml",
+                 "--segments", str(last), "--out", diffs.name], work, limit)
+            found = json.loads(Path(diffs.name).read_text() or "{}").get("diffs") \
+                if code == 0 else None
+        label = f"ledger replay (segment {last} of {last})"
+        rows.append((label, "timed out" if code is None else f"exit {code}" if code else
+                     "bit-identical" if not found else "DIFFERS",
+                     f"{seconds:.0f} s" + (f"; {found[0]}" if found else "")
+                     + ("" if code == 0 else f"; {_last(out)}")))
+        code, out, seconds = run([sys.executable, "-m", "pipeline.decode"], work, limit)
+        test = work / "predictions" / "test.jsonl"
+        words = len(test.read_text().splitlines()) if code == 0 and test.exists() else 0
+        rows.append(("decode (test split, the default's search)",
+                     "ok" if code == 0 else "timed out" if code is None else f"exit {code}",
+                     f"{seconds:.0f} s with start-up; {words / seconds:,.0f} words/s"
+                     if code == 0 else _last(out)))
+    return rows
+
+
+def _last(out: str) -> str:
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def header(device: str) -> str:
+    import torch  # noqa: PLC0415
+
+    name = torch.cuda.get_device_name(0) if device != "cpu" and torch.cuda.is_available() \
+        else f"CPU ({os.cpu_count()} cores)"
+    cuda = torch.version.cuda or "none"
+    return (f"GPU check {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {name}; torch "
+            f"{torch.__version__}, CUDA {cuda}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (rehearsal)")
+    parser.add_argument("--out", type=Path, default=Path("gpu-check.md"))
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per throughput row")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--train-steps", type=int, default=1000)
+    parser.add_argument("--quick", action="store_true",
+                        help="a rehearsal: 5 timed steps, a 20-step training, no tests")
+    parser.add_argument("--limit", type=float, default=150, help="seconds per part")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(throughput(json.loads(args.child))))
+        return
+    if args.quick:
+        args.steps, args.warmup, args.train_steps = 5, 2, 20
+    t0 = time.monotonic()
+    rows = [] if args.quick else cuda_tests(args.limit)
+    rows += throughput_rows(args.device, args.steps, args.warmup, args.limit)
+    rows += stage_rows(args.device, args.train_steps, args.limit)
+    total = time.monotonic() - t0
+    lines = [header(args.device), "", "| part | result | figures |", "|---|---|---|",
+             *(f"| {a} | {b} | {c.replace('|', '/')} |" for a, b, c in rows),
+             f"| total | | {total / 60:.1f} min (budget 8 min) |"]
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
