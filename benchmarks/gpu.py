@@ -10,16 +10,17 @@ project's requirements but neither dvc nor mlflow: the train, decode and replay 
 without them. Four parts, each in its own process under its own time limit; a part that
 fails or runs out of time is a row that says so, and the others still run:
 
-1. **tests**: the ``cuda``-marked tests (tests/training/test_cuda.py, the device tests of
-   tests/training/test_distributed.py) under pytest: passed, failed, skipped.
+1. **tests**: the CUDA and device tests (``-k "cuda or device"`` over
+   tests/training/test_cuda.py and tests/training/test_distributed.py) under pytest: passed,
+   failed, skipped.
 2. **throughput**: the real ``TrainLoop.train_step`` on the encoded training split, for the
    default shape (2+2 layers, d 128, ff 512) and the ``full`` profile's (3+3, d 256, ff 1024),
    fp32 and bf16: target tokens/s, ms per step and the GPU-busy share (device-kernel time from
    torch.profiler over the timed steps, divided by their wall time; CUDA only).
 3. **train stage and ledger replay**: ``python -m pipeline.train`` for ``--train-steps`` steps
    on the device in a scratch workspace (symlinks to the inputs; every output inside it),
-   then ``python -m pipeline.audit.replay`` of the ledger's last segment: bit-identical or
-   the first difference.
+   then the audit's replay of the ledger's last segment (``pipeline.audit.replay``, under
+   the training's CPU kernel profile): bit-identical or the first difference.
 4. **decode**: ``python -m pipeline.decode`` of that model on the test split, on the device
    (the default's beam search and rescoring): wall time and words/s.
 
@@ -47,6 +48,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 #: (label, enc layers, dec layers, d_model, d_ff): the default shape and the full profile's.
 SHAPES = (("default 2+2 d128", 2, 2, 128, 512), ("full 3+3 d256", 3, 3, 256, 1024))
+#: What starts the line of a throughput child's figures (its stderr follows its stdout).
+MARK = "gpu-check: "
 #: The inputs a scratch workspace links (the train and decode stages' data deps).
 INPUTS = ("data", "tokenizer", "baseline")
 
@@ -63,13 +66,13 @@ def run(cmd: list[str], cwd: Path, limit: float) -> tuple[int | None, str, float
         out = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) \
             else (err.stdout or "")
         return None, out[-2000:], time.monotonic() - t0
-    return proc.returncode, (proc.stdout + proc.stderr)[-4000:], time.monotonic() - t0
+    return proc.returncode, (proc.stderr[-3000:] + proc.stdout[-3000:]), time.monotonic() - t0
 
 
 # -- 1. the cuda tests ----------------------------------------------------------------------
 def cuda_tests(limit: float) -> list[tuple[str, str, str]]:
     code, out, seconds = run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda or device",
          "tests/training/test_cuda.py", "tests/training/test_distributed.py"], REPO, limit)
     summary = next((line for line in reversed(out.splitlines())
                     if re.search(r"\d+ (passed|failed|skipped|deselected)", line)), out[-200:])
@@ -145,7 +148,8 @@ def throughput_rows(device: str, steps: int, warmup: int, limit: float
                 rows.append((label, "timed out" if code is None else f"exit {code}",
                              out.strip().splitlines()[-1][:300] if out.strip() else ""))
                 continue
-            r = json.loads(out.strip().splitlines()[-1])
+            r = json.loads(next(line for line in reversed(out.splitlines())
+                                if line.startswith(MARK))[len(MARK):])
             busy = "-" if r["busy"] is None else f"{100 * r['busy']:.0f} %"
             rows.append((label, f"{r['tokens_per_s']:,.0f} target tokens/s",
                          f"{r['ms_per_step']:.1f} ms/step over {steps} steps; GPU busy {busy}"))
@@ -182,12 +186,14 @@ def stage_rows(device: str, train_steps: int, limit: float) -> list[tuple[str, s
                      "over the stage"))
         ledger = sorted((work / "models" / "ledger").glob("ckpt-*.pt"))
         last = len(ledger) - 1
-        with tempfile.NamedTemporaryFile(suffix=".json") as diffs:
-            code, out, seconds = run(
-                [sys.executable, "-m", "pipeline.audit.replay", "--params", "params.yaml",
-                 "--segments", str(last), "--out", diffs.name], work, limit)
-            found = json.loads(Path(diffs.name).read_text() or "{}").get("diffs") \
-                if code == 0 else None
+        # run_replay: the replay in a child under the training's CPU kernel profile, as the
+        # audit runs it; it prints the differences as JSON
+        code, out, seconds = run(
+            [sys.executable, "-c", "import json, pathlib; from pipeline.audit.replay import "
+             "run_replay; print(" + repr(MARK) + " + json.dumps(run_replay('params.yaml', "
+             f"pathlib.Path('models/ledger'), [{last}])))"], work, limit)
+        found = json.loads(next(line for line in reversed(out.splitlines())
+                                if line.startswith(MARK))[len(MARK):]) if code == 0 else None
         label = f"ledger replay (segment {last} of {last})"
         rows.append((label, "timed out" if code is None else f"exit {code}" if code else
                      "bit-identical" if not found else "DIFFERS",
@@ -231,7 +237,7 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(throughput(json.loads(args.child))))
+        print(MARK + json.dumps(throughput(json.loads(args.child))))
         return
     if args.quick:
         args.steps, args.warmup, args.train_steps = 5, 2, 20
