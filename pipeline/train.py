@@ -1,4 +1,5 @@
-"""Stage train: resume from the newest good checkpoint (if any) and train to max_steps.
+"""Stage train: resume from the newest good checkpoint (if any) and train to max_steps (then
+mrt_steps of minimum risk training, seqcore.training.mrt).
 
 The checkpoint folder is keyed by a hash of the training contract, so a changed parameter
 starts a fresh run in its own folder, and an interrupted run resumes when `dvc repro` is run
@@ -45,7 +46,7 @@ def main() -> None:
         return distributed.close_world(world)
     print(f"[train] {'resumed from ' + resumed if resumed else 'fresh start'} in {ckpt.root}"
           f" on {device} x{world.size}", file=sys.stderr)
-    progress = TrainingProgress(trainer.state.step, cfg.train.max_steps)
+    progress = TrainingProgress(trainer.state.step, cfg.train.total_steps)
     # The training's time adds up over the resumes of its checkpoint folder (pipeline/timing.py).
     clock = training_clock(ckpt.root.name)
     earlier = (StageTime.read(clock) if resumed else None) or StageTime(0.0, 0.0)

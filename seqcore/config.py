@@ -220,6 +220,21 @@ class TrainConfig:
     dev_decode_words: int = 300
     dev_decode_beam: int = 1  # 1 = greedy; k > 1 = beam search of width k (gnmt, alpha 0.6)
     dev_decode_show: int = 3  # dev words printed with their current output (console only)
+    # Minimum risk training (issue 52; seqcore.training.mrt): mrt_steps more steps after the
+    # max_steps of maximum likelihood, each minimising the expected risk over N candidates per
+    # source under Q(y) ∝ p(y|x)^mrt_alpha (0 = off; the pair tasks only).
+    mrt_steps: int = 0
+    mrt_candidates: int = 4  # N: the N best of a beam of width N, or N samples
+    mrt_search: Literal["beam", "sample"] = "beam"
+    mrt_reference: bool = True  # the reference joins the candidates
+    mrt_risk: Literal["edit", "zero_one"] = "edit"  # token edits / reference length, or 0/1
+    mrt_alpha: float = 1.0  # smoothing exponent of the candidate distribution
+    mrt_lr: float = 1e-4  # constant learning rate of the MRT steps
+
+    @property
+    def total_steps(self) -> int:
+        """The run's last step: the maximum-likelihood steps, then the MRT steps."""
+        return self.max_steps + self.mrt_steps
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
     # CPU kernels (seqcore.kernels, issue 49): portable = ATen's AVX2 build and MKL's

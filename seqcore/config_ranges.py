@@ -72,6 +72,10 @@ RANGES: dict[str, str] = {
     "train.dev_decode_words": "[0, inf)",  # 0 = off
     "train.dev_decode_beam": "[1, inf)",  # 1 = greedy
     "train.dev_decode_show": "[0, inf)",
+    "train.mrt_steps": "[0, inf)",  # 0 = off
+    "train.mrt_candidates": "[2, inf)",  # one candidate has Q = 1: no gradient
+    "train.mrt_alpha": "(0, inf)",
+    "train.mrt_lr": "(0, inf)",
     "decode.beam_size": "[1, inf)",
     "decode.n_best": "[1, inf)",
     "decode.alpha": "[0, inf)",

@@ -162,7 +162,11 @@ NOT_CONTRACT = {"log_every", "keep_last", "resume", "checkpoint_every", "ledger_
 #: contract, so a checkpoint or model file written before it still resumes and compares equal.
 #: Any other value is in the contract like every key.
 ADDED_KEYS = {"model.transformer.attention_kernel": "auto", "train.cpu_kernels": "native",
-              "train.dev_decode_words": 0, "train.dev_decode_beam": 1}
+              "train.dev_decode_words": 0, "train.dev_decode_beam": 1,
+              # minimum risk training (issue 52): off, and its settings at their defaults
+              "train.mrt_steps": 0, "train.mrt_candidates": 4, "train.mrt_search": "beam",
+              "train.mrt_reference": True, "train.mrt_risk": "edit", "train.mrt_alpha": 1.0,
+              "train.mrt_lr": 1e-4}
 #: Guards: thresholds (and the raw snapshot's pin) that decide whether a stage stops and
 #: change no output byte. The stage that checks one declares it (a change re-checks); it
 #: enters no signature, no training contract, no manifest and no MLflow run.

@@ -50,10 +50,11 @@ NOT_IN_CLOSURE = {
                 *LM_MODEL, *LM_TRAINING),
     "tokenizer": ("seqcore/training", "seqcore/models", "seqcore/decoding", "seqcore/metrics",
                   *LM_MODEL, *LM_TRAINING),
-    # train decodes a dev sample while training (issue 52: seqcore.training.dev_decode) with
-    # the searches and the edit distance only: never rescoring, sampling or the evaluation
+    # train decodes while training (issue 52: the dev sample, seqcore.training.dev_decode;
+    # minimum risk training's candidates, seqcore.training.mrt) with the searches and the edit
+    # distance only: never the decode stage's factory, rescoring or the evaluation
     "train": ("seqcore/decoding/factory.py", "seqcore/decoding/predictions.py",
-              "seqcore/decoding/rescore.py", "seqcore/decoding/sampling.py",
+              "seqcore/decoding/rescore.py",
               *(f"seqcore/metrics/{m}.py" for m in (
                   "bootstrap", "comparison", "evaluation", "failures", "model_output", "plots",
                   "recompute", "report", "scores", "teacher"))),

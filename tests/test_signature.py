@@ -193,7 +193,10 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
     # before the dev decoding (issue 52) decoded nothing
     assert ADDED_KEYS == {"model.transformer.attention_kernel": "auto",
                           "train.cpu_kernels": "native", "train.dev_decode_words": 0,
-                          "train.dev_decode_beam": 1}
+                          "train.dev_decode_beam": 1, "train.mrt_steps": 0,
+                          "train.mrt_candidates": 4, "train.mrt_search": "beam",
+                          "train.mrt_reference": True, "train.mrt_risk": "edit",
+                          "train.mrt_alpha": 1.0, "train.mrt_lr": 1e-4}
     auto = training_contract(kernel("auto"), CONTRACT)
     assert not any(k.endswith("attention_kernel") for k in auto)
     math = training_contract(kernel("math"), CONTRACT)

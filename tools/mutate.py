@@ -240,8 +240,8 @@ MUTANTS: list[Mutant] = [
            "cfg.betas, cfg.eps, cfg.weight_decay,", "cfg.betas, cfg.eps, 0.0,",
            (LIVE, "-k", live("train.weight_decay", "train.optimizer"))),
     Mutant("param: scheduled sampling never on", "seqcore/training/loop.py",
-           "ss_prob = scheduled_sampling_probability(s.step, cfg.ss_schedule, cfg.ss_k, "
-           "cfg.ss_cap)", "ss_prob = 0.0",
+           "ss_prob = 0.0 if mrt else scheduled_sampling_probability(\n"
+           "            s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)", "ss_prob = 0.0",
            (LIVE, "-k", live("train.ss_schedule"))),
     Mutant("param: train.select ignored", "seqcore/training/select.py",
            '    if best is not None:\n        setup.model.load_state_dict(',
@@ -309,7 +309,7 @@ MUTANTS: list[Mutant] = [
            "shifted = predictions",
            (LOOP, "-k", "scheduled_sampling")),
     Mutant("unplanted: the learning-rate schedule one step late", "seqcore/training/loop.py",
-           "lr = learning_rate(s.step + 1, cfg.schedule,", "lr = learning_rate(s.step, cfg.schedule,",
+           "s.step + 1, cfg.schedule, cfg.lr,", "s.step, cfg.schedule, cfg.lr,",
            (LOOP, "-k", "one_step_late or first_step")),
     Mutant("unplanted: the lm dev NLL without the carried state", "seqcore/tasks/lm/feed.py",
            "return lm_nll(model, self.dev_docs, self.ids, self.streams, self.bptt, carry=True)",

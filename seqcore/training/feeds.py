@@ -23,6 +23,7 @@ from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import Batch, make_batch, teacher_forced_passes
 from seqcore.training.dev_decode import DevSample, DevScores, decode_sample, dev_sample
 from seqcore.training.distributed import World
+from seqcore.training.mrt import mrt_loss
 from seqcore.training.scheduled_sampling import mix_model_tokens
 
 CPU = torch.device("cpu")
@@ -54,6 +55,12 @@ class Feed(Protocol):
     def dev_decode(self, model: nn.Module) -> DevScores | None:
         """The fixed dev sample decoded and scored (seqcore.training.dev_decode), or None
         when the task decodes nothing or ``train.dev_decode_words`` is 0."""
+
+    def sources(self, batch: Any) -> int:
+        """Sources (sequences) of the micro-batch: the denominator of a minimum-risk step."""
+
+    def mrt_loss(self, model: nn.Module, batch: Any, gen: torch.Generator) -> LossSum:
+        """The summed expected risk of the micro-batch (seqcore.training.mrt)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -98,6 +105,8 @@ class Seq2SeqFeed:
         self.ss_choice, self.eval_batch, self.device = cfg.ss_choice, cfg.batch_size, device
         self.sample: DevSample = dev_sample(self.dev_ex, cfg.dev_decode_words)
         self.decode_beam, self.decode_max_len = cfg.dev_decode_beam, seq.max_tgt_len
+        self.mrt = (cfg.mrt_candidates, cfg.mrt_search, cfg.mrt_reference, cfg.mrt_risk,
+                    cfg.mrt_alpha)
         lengths = [len(ex.tgt) for ex in self.train_ex]
         self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed,
                                      world.rank, world.size)
@@ -133,6 +142,17 @@ class Seq2SeqFeed:
         if not self.dev_ex:
             return 0.0, 0
         return teacher_forced_nll(model, self.dev_ex, self.ids, self.eval_batch)
+
+    def sources(self, batch: Batch) -> int:
+        return int(batch.src.shape[0])
+
+    def mrt_loss(self, model: nn.Module, batch: Batch, gen: torch.Generator) -> LossSum:
+        assert isinstance(model, EncoderDecoder)
+        n, search, with_reference, kind, alpha = self.mrt
+        max_len = self.decode_max_len if model.max_positions is None else \
+            min(self.decode_max_len, model.max_positions)
+        return mrt_loss(model, batch, self.ids, n, search, with_reference, kind, alpha, max_len,
+                        gen)
 
     def dev_decode(self, model: nn.Module) -> DevScores | None:
         if not len(self.sample):

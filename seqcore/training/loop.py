@@ -161,7 +161,7 @@ class TrainLoop:
         st = c.progress
         self.state = TrainState(st.step, st.tokens, st.skipped, st.consecutive_skips,
                                 st.best_dev, st.best_step, [StepLog(*r) for r in c.history])
-        if st.step < self.cfg.max_steps:
+        if st.step < self.cfg.total_steps:
             self._reopen()
         distributed.barrier(self.world)
         return found.path.name
@@ -194,23 +194,27 @@ class TrainLoop:
         (``dev_nll`` NaN: the run fills it on an evaluation step)."""
         s, cfg, feed = self.state, self.cfg, self.feed
         epoch = feed.epoch
+        mrt = s.step >= cfg.max_steps  # the minimum-risk steps follow the likelihood ones
         batches = [feed.draw() for _ in range(cfg.accum_steps)]
         tokens = sum(feed.tokens(b) for b in batches)
-        count = sum(feed.count(b) for b in batches)
+        # the denominator: valid tokens or sequences (sequence.loss_norm); sources under MRT
+        count = sum(feed.sources(b) if mrt else feed.count(b) for b in batches)
         if self.world.size > 1:  # the denominator of the global batch: summed over ranks
             count, tokens = (int(x) for x in distributed.all_reduce_sum(
                 self.world, [count, tokens], self.device))
-        denominator = 1 if feed.norm == "sum" else max(count, 1)
-        lr = learning_rate(s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps,
-                           self.d_model)
+        denominator = 1 if feed.norm == "sum" and not mrt else max(count, 1)
+        lr = cfg.mrt_lr if mrt else learning_rate(
+            s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps, self.d_model)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        ss_prob = scheduled_sampling_probability(s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)
+        ss_prob = 0.0 if mrt else scheduled_sampling_probability(
+            s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)
         self.opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for b in batches:
             with autocast_context(cfg.amp, self.device):
-                out = feed.loss(self.model, b, ss_prob, self.gen)
+                out = feed.mrt_loss(self.model, b, self.gen) if mrt else \
+                    feed.loss(self.model, b, ss_prob, self.gen)
             self.scaler.scale(out.total / denominator).backward()
             loss_sum += float(out.total.detach())
         if self.world.size > 1:
@@ -244,16 +248,17 @@ class TrainLoop:
 
     # -- the run -------------------------------------------------------------------------
     def run(self, log: Callable[[StepLog, float], None]) -> TrainState:
-        """Train until ``max_steps``, checkpointing and evaluating on the way.
+        """Train until ``total_steps`` (``max_steps``, then ``mrt_steps`` of minimum risk
+        training: seqcore.training.mrt), checkpointing and evaluating on the way.
 
         ``log`` gets each step's entry and its tokens per second (wall clock, console only).
         """
         self.model.train()
         from tqdm import tqdm  # noqa: PLC0415 (only when a run trains)
 
-        bar = tqdm(total=self.cfg.max_steps, initial=self.state.step,
+        bar = tqdm(total=self.cfg.total_steps, initial=self.state.step,
                    disable=not sys.stderr.isatty() or not self.world.main, unit="step")
-        while self.state.step < self.cfg.max_steps:
+        while self.state.step < self.cfg.total_steps:
             t0 = time.perf_counter()
             entry = self.train_step()
             tokens_per_s = entry.tokens / max(time.perf_counter() - t0, 1e-9)
@@ -270,9 +275,9 @@ class TrainLoop:
     def _save(self, step: int) -> None:
         """The checkpoint of every ``checkpoint_every`` steps and the ledger state of every
         ``ledger_every`` steps (0: none between the first and the last), and both at the last."""
-        last = step == self.cfg.max_steps
+        last = step == self.cfg.total_steps
         numbered = step % self.cfg.checkpoint_every == 0 or last
-        ledger = is_ledger_step(step, self.cfg.max_steps, self.cfg.ledger_every)
+        ledger = is_ledger_step(step, self.cfg.total_steps, self.cfg.ledger_every)
         if not (numbered or ledger):
             return
         state = self.checkpoint()  # gathers every rank's state: a barrier
@@ -287,7 +292,7 @@ class TrainLoop:
         match: seqcore.training.dev_decode) on an evaluation step, and a new best checkpoint
         when ``train.select`` names a figure that improved."""
         s = self.state
-        if s.step % self.cfg.eval_every and s.step != self.cfg.max_steps:
+        if s.step % self.cfg.eval_every and s.step != self.cfg.total_steps:
             return entry
         total, count = self.feed.dev_nll(self.model)
         if count == 0:

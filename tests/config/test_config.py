@@ -75,6 +75,7 @@ def test_code_defaults_equal_params_yaml() -> None:
     ({"train": {"select": "best_wer"}}, "train.select = 'best_wer': must be one of best_dev, "
                                         "best_dev_wer, best_dev_per, last; did you mean "
                                         "best_dev_wer?"),
+    ({"train": {"mrt_candidates": 1}}, "train.mrt_candidates = 1: must be >= 2"),
     ([1, 2], "(whole file) = [1, 2]: expected a mapping of keys to values"),
 ])
 def test_invalid_params_are_rejected_with_a_named_reason(raw: dict, message: str) -> None:

@@ -144,6 +144,10 @@ LIVE: dict[str, Live] = {
     "train.select": Live("train", "last", {"train.lr": 20.0}),
     "train.dev_decode_words": Live("train", 1),
     "train.dev_decode_beam": Live("train", 4),
+    "train.mrt_steps": Live("train", 2),
+    **{f"train.mrt_{k}": Live("train", v, {"train.mrt_steps": 2}) for k, v in (
+        ("candidates", 2), ("search", "sample"), ("reference", False), ("risk", "zero_one"),
+        ("alpha", 0.25), ("lr", 0.05))},
     "train.ss_schedule": Live("train", "linear", {"train.ss_k": 1.0, "train.ss_cap": 0.9}),
     "train.ss_k": Live("train", 1000.0, SS),
     "train.ss_cap": Live("train", 0.5, SS),

@@ -244,6 +244,9 @@ def test_lm_task_needs_a_recurrent_model_and_no_scheduled_sampling() -> None:
                                        "train": {"ss_schedule": "linear"}}), "params")
     # nothing to decode: no selection by dev WER or PER (issue 52), and no dev-decoding key in
     # the lm training contract
+    with pytest.raises(ConfigError, match="mrt_steps = 3: must be 0 when task is lm"):
+        task_checked(config_from_dict({"task": "lm", "model": {"family": "gru"},
+                                       "train": {"mrt_steps": 3}}), "params")
     with pytest.raises(ConfigError, match="select = 'best_dev_wer': must be best_dev or last"):
         task_checked(config_from_dict({"task": "lm", "model": {"family": "gru"},
                                        "train": {"select": "best_dev_wer"}}), "params")

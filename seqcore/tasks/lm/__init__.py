@@ -29,6 +29,9 @@ def config_problems(cfg: Config) -> list[tuple[str, Any, str]]:
     if tr.nproc > tr.batch_size:
         out.append(("train.nproc", tr.nproc, f"must be <= train.batch_size ({tr.batch_size}) "
                     "when task is lm: each rank trains its own streams"))
+    if tr.mrt_steps:
+        out.append(("train.mrt_steps", tr.mrt_steps, "must be 0 when task is lm (minimum risk "
+                    "training needs outputs to score against a reference)"))
     if tr.select in ("best_dev_wer", "best_dev_per"):
         out.append(("train.select", tr.select, "must be best_dev or last when task is lm (a "
                     "language model has no source to decode: no dev WER or PER)"))

@@ -163,6 +163,12 @@ class LMFeed:
         assert isinstance(model, RNNLM)
         return lm_nll(model, self.dev_docs, self.ids, self.streams, self.bptt, carry=True)
 
+    def sources(self, batch: Any) -> int:
+        raise ValueError("task lm has no minimum risk training (train.mrt_steps must be 0)")
+
+    def mrt_loss(self, model: torch.nn.Module, batch: Any, gen: torch.Generator) -> LossSum:
+        raise ValueError("task lm has no minimum risk training (train.mrt_steps must be 0)")
+
     def dev_decode(self, model: torch.nn.Module) -> None:
         """A language model has no source to decode from: no dev decoding."""
         return None
