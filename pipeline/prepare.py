@@ -79,7 +79,8 @@ def run(cfg: Config) -> None:
     PreparedManifest(RawSource(str(raw), raw_sha, d.source, label), settings, hashes,
                      cfg.paths.rejects, summary).save(manifest_path(out))
     print(f"[prepare] {summary.rows} rejects={summary.rejects}", file=sys.stderr)
-    print(f"[prepare] data: {data_signature(cfg, raw_sha)}", file=sys.stderr)
+    subset = get_task(cfg.task).data_subset()
+    print(f"[prepare] data: {data_signature(cfg, raw_sha, subset)}", file=sys.stderr)
 
 
 def _reasons(counts: dict[str, int]) -> str:

@@ -91,7 +91,10 @@ class DataConfig:
     split_seed: int = 20240917
     dev_fraction: float = 0.05
     test_fraction: float = 0.05
-    max_pairs: int = 0  # 0 = all; >0 keeps the first N pairs (tiny smoke runs)
+    # 0 = all; >0 keeps at most N pairs (a small first run): whole groups drawn at random
+    # under split_seed for the pair tasks (seqcore.data.prepare.sample_groups), the first N
+    # rows for task lm
+    max_pairs: int = 0
     # prepare stops when dev or test holds fewer rows (evaluate needs examples; issue 13).
     # 0 turns the check off (then an empty split cannot be evaluated).
     min_split_rows: int = 1

@@ -83,7 +83,7 @@ def contract_signature(cfg: Config, tc: TokenizerContract) -> str:
     return format_signature(contract_fields(cfg, tc))
 
 
-def data_signature(cfg: Config, raw_sha256: str) -> str:
+def data_signature(cfg: Config, raw_sha256: str, subset: str = "") -> str:
     """What the prepared splits depend on (printed by prepare): the raw snapshot and the data
     settings that shape the rows and splits."""
     d = cfg.data
@@ -91,7 +91,10 @@ def data_signature(cfg: Config, raw_sha256: str) -> str:
         "task": cfg.task, "data": raw_sha256[:12], "source": d.source, "norm": d.normalization,
         "case": ("fold" if d.casefold else "keep") + ("-tgtfold" if d.casefold_target else ""),
         **stress_field(cfg), "rows": d.bad_rows,
-        "split": f"{d.split_seed}-{d.dev_fraction:g}-{d.test_fraction:g}-{d.max_pairs}",
+        # subset: how the task cuts max_pairs N > 0 ("g": whole groups drawn at random, the
+        # pair tasks' prepare piece, issue 55; "": the first N rows, task lm)
+        "split": f"{d.split_seed}-{d.dev_fraction:g}-{d.test_fraction:g}-{d.max_pairs}"
+                 + (subset if d.max_pairs else ""),
         "fmt": str(SIGNATURE_FORMAT), "version": __version__})
 
 

@@ -205,3 +205,17 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
     assert {k: v for k, v in math.items() if k in auto} == auto
 
 
+
+
+def test_the_data_signature_marks_how_max_pairs_cut_the_data(cfg: Config) -> None:
+    # issue 55: a random sample of whole groups ("g", the pair tasks) is not the first N rows
+    from dataclasses import replace  # noqa: PLC0415
+
+    from seqcore.tasks import get_task  # noqa: PLC0415
+
+    small = replace(cfg, data=replace(cfg.data, max_pairs=400))
+    split = parse_signature(data_signature(small, "0" * 64, "g"))["split"]
+    assert split == f"{cfg.data.split_seed}-0.05-0.05-400g"
+    assert parse_signature(data_signature(cfg, "0" * 64, "g"))["split"].endswith("-0")
+    assert (get_task("g2p").data_subset(), get_task("parallel").data_subset(),
+            get_task("lm").data_subset()) == ("g", "g", "")

@@ -41,8 +41,8 @@ class PrepareCounts:
     """Rows of the prepare step (seqcore.data.prepare.Prepared.summary).
 
     Attributes:
-        read: pairs the reader kept; kept: after ``data.max_pairs`` (the parallel readers stop
-            reading there, so for them the two agree and cut_by_max_pairs is 0).
+        read: pairs the reader kept; kept: after ``data.max_pairs`` (a seeded random sample
+            of whole groups for the pair tasks; the first rows for ``task: lm``).
         rows, groups: rows and distinct groups by split.
         rejects: every dropped, altered or ignored raw line, by action then reason.
         variants: sources with several targets (seqcore.data.records.variant_counts).

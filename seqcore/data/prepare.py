@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ class Prepared:
     Attributes:
         splits: pairs by split, in file order.
         rejects: every Reject, in file order.
-        read: pairs the reader kept (reading stops at ``max_pairs``).
+        read: pairs the reader kept (``data.max_pairs`` then samples among them).
     """
 
     splits: dict[Split, list[Pair]]
@@ -61,20 +62,43 @@ def input_format(source: str) -> Format:
     return source  # type: ignore[return-value] (narrowed by the check above)
 
 
+def sample_groups(pairs: list[Pair], max_pairs: int, seed: int) -> list[Pair]:
+    """At most ``max_pairs`` of ``pairs`` (0: all): whole groups (a word's pronunciations stay
+    together) drawn at random under ``seed``, in file order.
+
+    Each group is ranked by a keyed sha256 of its name, salted apart from the split's hash so
+    the sample and the split are independent; groups are taken in rank order while they fit.
+    The first N rows of a sorted lexicon would be the words of a few initial letters, train
+    and test alike: a fair-looking number on a biased sample (issue 55).
+    """
+    if max_pairs <= 0 or len(pairs) <= max_pairs:
+        return pairs
+    sizes = Counter(p.group for p in pairs)
+    ranked = sorted(sizes, key=lambda g: hashlib.sha256(
+        f"{seed}\x00sample\x00{g}".encode("utf-8")).digest())
+    chosen, total = set(), 0
+    for group in ranked:
+        if total + sizes[group] <= max_pairs:
+            chosen.add(group)
+            total += sizes[group]
+            if total == max_pairs:
+                break
+    return [p for p in pairs if p.group in chosen]
+
+
 def prepare_pairs(raw: Path, data: DataConfig, label: str | None = None) -> Prepared:
     """Read ``raw`` as ``data.source`` under ``data.bad_rows`` and split by the group hash.
 
-    ``max_pairs`` keeps the first N pairs in file order *before* splitting, so a smoke run's
-    rows sit in the same splits as in the full run. Reading stops at the N-th kept pair (a
-    smoke run on CMUdict reads 400 of its 135,000 lines): rejects and ``read`` cover only the
-    lines read.
+    ``max_pairs`` keeps a seeded random sample of whole groups (:func:`sample_groups`, seed
+    ``data.split_seed``) *before* splitting; a group's split is the one it has in the full
+    run. The whole file is read, so rejects and ``read`` cover every line.
 
     Raises:
         BadRowError: under the strict policy, at the first bad row (file:line, reason, row).
         HeaderError: a TSV header with unknown or repeated columns.
     """
     result = read_pairs(raw, input_format(data.source), data.bad_rows, data.normalization,
-                        data.casefold, data.keep_stress, label, data.casefold_target,
-                        data.max_pairs)
-    splits = assign_splits(result.pairs, data.split_seed, data.dev_fraction, data.test_fraction)
+                        data.casefold, data.keep_stress, label, data.casefold_target)
+    kept = sample_groups(result.pairs, data.max_pairs, data.split_seed)
+    splits = assign_splits(kept, data.split_seed, data.dev_fraction, data.test_fraction)
     return Prepared(splits, result.rejects, len(result.pairs))

@@ -66,6 +66,11 @@ class Task:
         prepare stops when one holds fewer than ``data.min_split_rows`` rows."""
         return self.piece("prepare").scored_splits(data)
 
+    def data_subset(self) -> str:
+        """prepare: how ``data.max_pairs`` cuts this task's data, as the data signature marks
+        it after N (``g``: whole groups at random; empty: the first N rows)."""
+        return self.piece("prepare").SUBSET
+
     def coverage_problems(self, cfg: Config, coverage: dict[str, Any]) -> list[str]:
         """tokenizer: one sentence per coverage figure (``seqcore.data.coverage.SplitCoverage``
         by split) too poor to train on (none: go on)."""

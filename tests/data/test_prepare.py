@@ -10,7 +10,7 @@ import pytest
 import pipeline.prepare
 from seqcore.artifacts.manifests import PrepareCounts
 from seqcore.config import Config, DataConfig, config_from_dict
-from seqcore.data.prepare import Prepared, input_format, prepare_pairs
+from seqcore.data.prepare import Prepared, input_format, prepare_pairs, sample_groups
 from seqcore.data.records import BadRowError, Pair, Reject
 
 
@@ -54,9 +54,11 @@ def test_prepare_reads_with_every_data_setting_it_is_given(tmp_path: Path) -> No
     raw = _write(tmp_path, b";;; c\nABC  EY1 B IY1\nDOG  D AO1 G\nCAT  K AE1 T\n", "raw.dict")
     data = DataConfig(source="cmudict", keep_stress=True, casefold=True, max_pairs=2)
     got = prepare_pairs(raw, data, label="cmu.dict")
-    assert got.read == 2  # max_pairs: reading stops at the second kept pair
-    assert _all_pairs(got) == [Pair("ABC", "abc", "EY1 B IY1", "abc", 2),
-                               Pair("DOG", "dog", "D AO1 G", "dog", 3)]
+    assert got.read == 3  # every line is read; max_pairs then samples 2 of the 3 groups
+    every = [Pair("ABC", "abc", "EY1 B IY1", "abc", 2), Pair("DOG", "dog", "D AO1 G", "dog", 3),
+             Pair("CAT", "cat", "K AE1 T", "cat", 4)]
+    assert _all_pairs(got) == sample_groups(every, 2, data.split_seed)
+    assert len(_all_pairs(got)) == 2
     assert got.rejects == [Reject("cmu.dict", 1, "comment", ";;; c", "ignored")]
     tsv = _write(tmp_path, b"Cat\tKAT\n", "raw.tsv")
     folded = prepare_pairs(tsv, DataConfig(source="tsv", casefold=False, casefold_target=True))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from seqcore.config import DataConfig
-from seqcore.data.prepare import prepare_pairs
+from seqcore.data.prepare import prepare_pairs, sample_groups
 from seqcore.data.records import Pair
 from seqcore.data.splits import SPLITS, assign_splits, split_of
 
@@ -82,3 +82,46 @@ def test_cmudict_defaults_give_the_same_split_after_appending_1000_rows(
     assert len(joined) > 400  # most new pronunciations join a group that was kept before
     assert all(new_split[p.id] == split_of_group[p.group] for p in joined)
     assert before.summary().rows["train"] > 0.85 * before.read
+
+
+# -- data.max_pairs: a seeded random sample of whole groups (issue 55) ----------------------
+
+def _sorted_lexicon() -> list[Pair]:
+    """A sorted lexicon: 26 x 40 words, a-words first, every third word with two targets."""
+    words = [f"{c}{i:03d}" for c in "abcdefghijklmnopqrstuvwxyz" for i in range(40)]
+    out = []
+    for w in words:
+        out += [Pair(f"{w}/{k}", w, f"T{k}", w, len(out) + 1)
+                for k in range(2 if int(w[1:]) % 3 == 0 else 1)]
+    return out
+
+
+def test_max_pairs_keeps_whole_groups_and_at_most_n_pairs() -> None:
+    pairs = _sorted_lexicon()
+    kept = sample_groups(pairs, 300, 7)
+    assert 290 <= len(kept) <= 300
+    sizes = {g: sum(p.group == g for p in pairs) for g in {p.group for p in kept}}
+    assert all(sum(p.group == g for p in kept) == n for g, n in sizes.items())
+    assert [p.line for p in kept] == sorted(p.line for p in kept)  # file order
+
+
+def test_max_pairs_samples_every_part_of_a_sorted_lexicon_not_its_first_rows() -> None:
+    kept = sample_groups(_sorted_lexicon(), 300, 7)
+    letters = {p.source[0] for p in kept}
+    assert len(letters) >= 24  # the first 300 rows would be the a..h words only
+
+
+def test_max_pairs_sample_is_keyed_by_the_seed_and_independent_of_the_split() -> None:
+    pairs = _sorted_lexicon()
+    one, again, other = (sample_groups(pairs, 300, s) for s in (7, 7, 8))
+    assert one == again and one != other
+    full = _split_by_id(assign_splits(pairs, 7, 0.2, 0.2))
+    small = _split_by_id(assign_splits(one, 7, 0.2, 0.2))
+    assert all(full[i] == s for i, s in small.items())  # a kept row keeps its split
+    counts = {s: sum(v == s for v in small.values()) for s in SPLITS}
+    assert counts["test"] > 30 and counts["dev"] > 30  # not the split's hash again
+
+
+def test_max_pairs_zero_or_above_the_data_keeps_everything() -> None:
+    pairs = _sorted_lexicon()
+    assert sample_groups(pairs, 0, 7) == pairs == sample_groups(pairs, len(pairs), 7)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from seqcore.config import DataConfig
 
+#: How ``data.max_pairs`` cuts the pairs (the data signature's mark): whole groups drawn at
+#: random under ``data.split_seed`` (seqcore.data.prepare.sample_groups; issue 55).
+SUBSET = "g"
+
 
 def scored_splits(data: DataConfig) -> dict[str, float]:
     """The prepared splits the pair tasks score, with their ``data.*_fraction``."""
