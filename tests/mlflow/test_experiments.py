@@ -26,7 +26,7 @@ from seqcore.metrics.failures import FailureRules, failure_modes
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, training_summary
 from tests.factories import REPO, make_rows
-from tests.pipeline_helpers import copy_result, doc_blocks, doc_commands, dvc
+from tests.pipeline_helpers import TINY_PARAMS, copy_result, doc_blocks, doc_commands, dvc
 
 DOC = REPO / "docs/experiments.md"
 
@@ -215,7 +215,8 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
     assert len(runs) == 3 and {"lr-half", "beam3"} <= named
     assert f"lr-half lr={lr}" in runs
     note = runs[f"lr-half lr={lr}"].data.tags["mlflow.note.content"]
-    assert "WER" in note and "PER" in note and f"`train.lr`: 1.0 → {lr}" in note
+    base = TINY_PARAMS["train"]["lr"]  # the tiny result's rate, which the experiment halves
+    assert "WER" in note and "PER" in note and f"`train.lr`: {base} → {lr}" in note
     # the report's lead is the description (issue 29): the table with intervals, the baseline
     assert "| WER (word error rate, 1 - exact_match) |" in note and "## Beside the baseline" in note
     assert "## Headline" not in note and note.endswith("artifact `reports/report.md`.")

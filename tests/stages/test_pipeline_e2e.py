@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.pipeline_helpers import copy_result, dvc, stage_python
+from tests.pipeline_helpers import TINY_PARAMS, copy_result, dvc, stage_python
 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -87,7 +87,9 @@ def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
 def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(tiny_repo: Path) -> None:
     params = tiny_repo / "params.yaml"
     good = params.read_text()
-    params.write_text(good.replace("  lr: 1.0\n", "  lr: 1.0\n  lrr: 0.5\n", 1))
+    lr = f"  lr: {TINY_PARAMS['train']['lr']}\n"
+    assert lr in good
+    params.write_text(good.replace(lr, f"{lr}  lrr: 0.5\n", 1))
     res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}") or "dvc",
                           "repro"], cwd=tiny_repo, capture_output=True, text=True)
     params.write_text(good)

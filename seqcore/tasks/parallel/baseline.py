@@ -98,13 +98,14 @@ def check_rejected(cfg: Config, trained: phonetisaurus.Trained, train: list[Exam
                    train_file: Path, io: StageIO) -> None:
     """Write the rejected train rows; stop when their share exceeds data.max_reject_rate (a
     baseline trained on a remnant would be no baseline)."""
+    limit = cfg.data.max_reject_rate  # a guard, read up front: declared whether or not it trips
     line = {e.id: i for i, e in enumerate(train, start=1)}
     write_rejects(Path(cfg.paths.baseline_rejects), [
         Reject(str(train_file), line[r.id], f"baseline: {r.reason}", f"{r.source}\t{r.target}")
         for r in trained.rejected])
     if not trained.rejected:
         return
-    share, limit = len(trained.rejected) / trained.rows, cfg.data.max_reject_rate
+    share = len(trained.rejected) / trained.rows
     first = trained.rejected[0]
     io.note(f"{len(trained.rejected):,} of {trained.rows:,} train rows left out of the baseline "
             f"(first, line {line[first.id]}: {first.reason}); listed in "
