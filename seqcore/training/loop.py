@@ -173,9 +173,10 @@ class TrainLoop:
         a larger ``max_steps``, that step is no longer the last, and the straight run never
         evaluated there. So the closing evaluation (dev NLL and dev decoding) leaves the
         history and the best-dev bookkeeping (recomputed from the evaluations that remain,
-        first of equals as in ``_maybe_evaluate``), and a ``best.pt`` it wrote is removed. It used no RNG and moved
-        no data, so under a schedule that does not depend on ``max_steps`` (constant, noam)
-        the continued run then equals the straight one: weights, log and checkpoints.
+        first of equals as in ``_maybe_evaluate``), and a ``best.pt`` it wrote is removed. It
+        used no RNG and moved no data, so under a schedule that does not depend on
+        ``max_steps`` (constant, noam) the continued run then equals the straight one:
+        weights, log and checkpoints.
         """
         s = self.state
         last = s.history[-1] if s.history else None

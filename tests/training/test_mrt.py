@@ -68,16 +68,15 @@ def test_candidate_sets_drop_duplicates_and_add_the_reference_once() -> None:
 
 def test_candidate_log_probs_mask_pad_and_equal_each_candidate_alone() -> None:
     model = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7).eval()
-    batch = make_batch(examples(2, seed=4, lengths=(2, 4)), IDS)
+    pairs = examples(2, seed=4, lengths=(2, 4))
+    batch = make_batch(pairs, IDS)
     sets = [[((5, 6, 7, 8), True), ((5,), True)], [((9,), False), ((4, 4), True)]]
-    together = candidate_log_probs(model, batch, sets, IDS)
-    for i, (row, cands) in enumerate(zip(range(2), sets)):
-        for j, cand in enumerate(cands):
-            alone = candidate_log_probs(model, make_batch([examples(2, seed=4, lengths=(2, 4))[row]],
-                                                          IDS), [[cand]], IDS)
-            assert together[2 * i + j].item() == pytest.approx(alone.item(), abs=1e-5)
-    assert references(batch, IDS) == [tuple(ex.tgt) for ex in examples(2, seed=4,
-                                                                       lengths=(2, 4))]
+    together = iter(candidate_log_probs(model, batch, sets, IDS).tolist())
+    for pair, cands in zip(pairs, sets, strict=True):
+        for cand in cands:  # the same candidate scored with its source alone: no padding
+            alone = candidate_log_probs(model, make_batch([pair], IDS), [[cand]], IDS)
+            assert next(together) == pytest.approx(alone.item(), abs=1e-5)
+    assert references(batch, IDS) == [tuple(ex.tgt) for ex in pairs]
 
 
 def test_beam_candidates_are_distinct_and_sampled_ones_come_from_the_given_generator() -> None:
