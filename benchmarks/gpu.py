@@ -31,7 +31,6 @@ docs/benchmarks.md. A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -84,33 +83,20 @@ def cuda_tests(limit: float) -> list[tuple[str, str, str]]:
 
 # -- 2. throughput --------------------------------------------------------------------------
 def throughput(spec: dict[str, Any]) -> dict[str, Any]:
-    """Time ``steps`` real training steps of one shape and amp on the device (a child)."""
+    """Time ``steps`` real training steps of one shape and amp on the device (a child), the
+    loop built as benchmarks.train builds it."""
     import torch  # noqa: PLC0415 (the child only)
 
-    from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
-    from seqcore.config import load_config  # noqa: PLC0415
-    from seqcore.data.examples import read_examples  # noqa: PLC0415
-    from seqcore.determinism import resolve_device, set_determinism  # noqa: PLC0415
-    from seqcore.training.checkpoint import CheckpointDir  # noqa: PLC0415
-    from seqcore.training.loop import TrainLoop  # noqa: PLC0415
-    from seqcore.training.setups import seq2seq_setup  # noqa: PLC0415
+    from benchmarks.train import build_loop  # noqa: PLC0415
 
-    cfg = load_config(str(REPO / "params.yaml"))
     _, enc, dec, d, ff = spec["shape"]
-    model = dataclasses.replace(cfg.model, transformer=dataclasses.replace(
-        cfg.model.transformer, enc_layers=enc, dec_layers=dec, d_model=d, d_ff=ff))
-    train = dataclasses.replace(cfg.train, amp=spec["amp"], device=spec["device"],
-                                dev_decode_words=0, max_steps=10**6)
-    cfg = dataclasses.replace(cfg, model=model, train=train)
-    device = resolve_device(spec["device"])
-    tc = TokenizerContract.load(REPO / cfg.paths.tokenizer / "contract.json")
-    set_determinism(cfg.train.seed, cfg.train.threads)
-    setup = seq2seq_setup(cfg, tc, "gpu-check",
-                          (read_examples(REPO / cfg.paths.encoded / "train.jsonl"), []), device)
     with tempfile.TemporaryDirectory() as tmp:
-        loop = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(Path(tmp), 1),
-                         setup.contract, setup.d_model)
-        setup.model.train()
+        loop, _, _ = build_loop(
+            {"params": str(REPO / "params.yaml"), "data_root": str(REPO), "family": "transformer",
+             "shape": (enc, dec, d, ff), "rnn_shape": None, "amp": spec["amp"],
+             "threads": 2, "device": spec["device"],  # 2 threads: params.yaml's
+             "steps": spec["steps"] + spec["warmup"]}, tmp)
+        device = next(loop.model.parameters()).device
         for _ in range(spec["warmup"]):
             loop.train_step()
         cuda = device.type == "cuda"

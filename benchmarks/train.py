@@ -97,6 +97,7 @@ def bench_config(params: str, spec: dict[str, Any]) -> Any:
         model = dataclasses.replace(model, rnn=dataclasses.replace(
             model.rnn, enc_layers=enc, dec_layers=dec, embed_dim=e, hidden=h))
     train = dataclasses.replace(cfg.train, amp=spec["amp"], threads=spec["threads"],
+                                device=spec.get("device", cfg.train.device),
                                 batch_size=spec.get("batch_size") or cfg.train.batch_size,
                                 max_steps=max(cfg.train.max_steps, spec["steps"] + 1))
     return dataclasses.replace(cfg, model=model, train=train)
@@ -177,7 +178,7 @@ def build_loop(spec: dict[str, Any], tmp: str) -> tuple[Any, Any, int]:
     """(TrainLoop, config, target vocab) built as the train stage builds them."""
     from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: PLC0415
     from seqcore.data.examples import read_examples  # noqa: PLC0415
-    from seqcore.determinism import set_determinism  # noqa: PLC0415
+    from seqcore.determinism import resolve_device, set_determinism  # noqa: PLC0415
     from seqcore.training.checkpoint import CheckpointDir  # noqa: PLC0415
     from seqcore.training.loop import TrainLoop  # noqa: PLC0415
     from seqcore.training.setups import seq2seq_setup  # noqa: PLC0415
@@ -188,7 +189,8 @@ def build_loop(spec: dict[str, Any], tmp: str) -> tuple[Any, Any, int]:
     enc = root / cfg.paths.encoded
     data = (read_examples(enc / "train.jsonl"), [])
     set_determinism(cfg.train.seed, cfg.train.threads)
-    setup = seq2seq_setup(cfg, tc, "benchmark", data)
+    # spec "device" (benchmarks.gpu): the model and batches there; the CPU by default
+    setup = seq2seq_setup(cfg, tc, "benchmark", data, resolve_device(cfg.train.device))
     loop = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(Path(tmp), 1),
                      setup.contract, setup.d_model)
     setup.model.train()

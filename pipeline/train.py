@@ -11,6 +11,7 @@ rank 0 writes the outputs.
 
 from __future__ import annotations
 
+import math
 import sys
 
 from pipeline.progress import TrainingProgress
@@ -59,7 +60,7 @@ def main() -> None:
                 (earlier + elapsed()).write(clock)
                 if not sys.stderr.isatty():
                     print(f"[train] {progress.line(e, tokens_per_s)}", file=sys.stderr)
-            if trainer.dev_outputs is not None and e.dev_wer == e.dev_wer:  # decoded: not NaN
+            if trainer.dev_outputs is not None and not math.isnan(e.dev_wer):  # it decoded
                 for line in setup.show_dev(trainer.dev_outputs, cfg.train.dev_decode_show):
                     print(f"[train] dev step {e.step}: {line}", file=sys.stderr)
 

@@ -52,8 +52,9 @@ class StepLog:
 
 #: Columns of the training log, in StepLog's field order.
 LOG_COLUMNS = tuple(f.name for f in fields(StepLog))
-#: Columns a log written before them lacks (read as NaN: that training decoded nothing).
-ADDED_COLUMNS = ("dev_wer", "dev_per", "dev_exact_multi_ref")
+#: The columns the dev decoding fills (seqcore.training.dev_decode; NaN on other steps). A log
+#: written before them lacks them: read as NaN (that training decoded nothing).
+DECODE_COLUMNS = ("dev_wer", "dev_per", "dev_exact_multi_ref")
 _TYPES = {f.name: int if f.type == "int" else float for f in fields(StepLog)}
 
 
@@ -117,7 +118,7 @@ class TrainLog:
         except UnicodeDecodeError as err:
             raise unreadable(path, err) from None
         header = table[0] if table else []
-        missing = [c for c in LOG_COLUMNS if c not in header and c not in ADDED_COLUMNS]
+        missing = [c for c in LOG_COLUMNS if c not in header and c not in DECODE_COLUMNS]
         unknown = [c for c in header if c not in LOG_COLUMNS]
         if missing or unknown or len(set(header)) != len(header):
             raise ArtifactError(

@@ -42,8 +42,6 @@ from seqcore.models.base import EncoderDecoder
 SELECT_KEYS = {"best_dev": ("dev_nll",),
                "best_dev_wer": ("dev_wer", "dev_per", "dev_nll"),
                "best_dev_per": ("dev_per", "dev_wer", "dev_nll")}
-#: The log columns dev decoding fills (NaN on steps without it).
-DECODE_COLUMNS = ("dev_wer", "dev_per", "dev_exact_multi_ref")
 
 
 @dataclass(frozen=True)
@@ -110,8 +108,6 @@ def decode_sample(model: EncoderDecoder, sample: DevSample, ids: SpecialIds, max
     """Decode the sample in file order (batches of ``batch_size``) and score it; the model's
     train/eval mode is restored, and no random number is drawn (greedy and beam are
     argmax searches)."""
-    if model.max_positions is not None:  # the decoder embeds BOS + the tokens before EOS
-        max_len = min(max_len, model.max_positions)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

@@ -147,19 +147,27 @@ class Seq2SeqFeed:
         return int(batch.src.shape[0])
 
     def mrt_loss(self, model: nn.Module, batch: Batch, gen: torch.Generator) -> LossSum:
-        assert isinstance(model, EncoderDecoder)
         n, search, with_reference, kind, alpha = self.mrt
-        max_len = self.decode_max_len if model.max_positions is None else \
-            min(self.decode_max_len, model.max_positions)
-        return mrt_loss(model, batch, self.ids, n, search, with_reference, kind, alpha, max_len,
-                        gen)
+        return mrt_loss(self._decoder(model), batch, self.ids, n, search, with_reference, kind,
+                        alpha, self._max_len(model), gen)
 
     def dev_decode(self, model: nn.Module) -> DevScores | None:
         if not len(self.sample):
             return None
+        return decode_sample(self._decoder(model), self.sample, self.ids, self._max_len(model),
+                             self.decode_beam, self.eval_batch)
+
+    @staticmethod
+    def _decoder(model: nn.Module) -> EncoderDecoder:
         assert isinstance(model, EncoderDecoder)
-        return decode_sample(model, self.sample, self.ids, self.decode_max_len, self.decode_beam,
-                             self.eval_batch)
+        return model
+
+    def _max_len(self, model: nn.Module) -> int:
+        """What the searches while training generate at most (EOS included): the sequence
+        contract's target length, within the positions the model embeds (BOS + the tokens
+        before EOS)."""
+        limit = self._decoder(model).max_positions
+        return self.decode_max_len if limit is None else min(self.decode_max_len, limit)
 
     def state_dict(self) -> dict[str, Any]:
         s = self.sampler.state

@@ -31,13 +31,14 @@ import torch
 from torch import nn
 
 # The log's row type is plain data in the artifact (the metrics read the log without training).
-from seqcore.artifacts.train_log import LOG_COLUMNS, StepLog  # noqa: F401 (re-exported)
+from seqcore.artifacts.train_log import (  # noqa: F401 (LOG_COLUMNS, StepLog re-exported)
+    DECODE_COLUMNS, LOG_COLUMNS, StepLog)
 from seqcore.config import TrainConfig
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
     rng_snapshot)
-from seqcore.training.dev_decode import DECODE_COLUMNS, DevScores, best_row, selection_key
+from seqcore.training.dev_decode import DevScores, best_row, selection_key
 from seqcore.training.feeds import Feed
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
@@ -308,12 +309,9 @@ class TrainLoop:
         if scores is not None:
             entry = replace(entry, **dict(zip(DECODE_COLUMNS, figures[1:], strict=True)))
             self.dev_outputs = scores
-        if self.cfg.select == "best_dev":
-            improved = entry.dev_nll < s.best_dev
-        else:  # first of equals: a later row must be strictly better
-            key, best = selection_key(entry, self.cfg.select), best_row(s.history, self.cfg.select)
-            improved = key is not None and (best is None or
-                                            key < selection_key(best, self.cfg.select))
+        # the rule of train.select (first of equals: a later row must be strictly better)
+        key, best = selection_key(entry, self.cfg.select), best_row(s.history, self.cfg.select)
+        improved = key is not None and (best is None or key < selection_key(best, self.cfg.select))
         if entry.dev_nll < s.best_dev:
             s.best_dev, s.best_step = entry.dev_nll, s.step
         if improved:

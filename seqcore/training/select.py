@@ -4,8 +4,8 @@ the train stage writes beside it: the ledger copy and the training metrics."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqcore.artifacts.train_log import StepLog
+from seqcore.artifacts.train_log import DECODE_COLUMNS, StepLog
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.data.examples import Example
 from seqcore.ledger import first_difference
 from seqcore.training.checkpoint import Checkpoint, CheckpointDir, ledger_files
 from seqcore.training.dev_decode import (
-    DECODE_COLUMNS, best_row, decode_sample, dev_sample, score, selection_key, shown_lines)
+    best_row, decode_sample, dev_sample, score, selection_key, shown_lines)
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
 from seqcore.training.select import dev_figures
