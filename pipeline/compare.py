@@ -31,6 +31,7 @@ from typing import Any
 from pipeline.results import RUN_ID, NotFound, Result, check_same_data, find_result
 from pipeline.stage import load_params
 from seqcore.config import Config, ConfigError
+from seqcore.errors import OneLineError
 from seqcore.metrics.comparison import NotComparable, compare_rows
 from seqcore.nulls import null_undefined
 from seqcore.metrics.recompute import resampling
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         text, data = compare(args.a, args.b, cfg, args.examples)
         logged = None if args.log is None else log_comparison(args.a, args.b, text, data, cfg,
                                                                args.log)
-    except (ConfigError, NotFound, NotComparable) as err:
+    except (ConfigError, NotFound, NotComparable, OneLineError) as err:
         print(f"compare: {err}", file=sys.stderr)
         raise SystemExit(USAGE_ERROR) from None
     print(text, end="")

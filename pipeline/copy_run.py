@@ -27,16 +27,18 @@ from typing import Any
 
 from pipeline.audit import rederive
 from pipeline.audit.core import expected_record
+from pipeline.audit.lock import lock_hash_diffs
 from pipeline.audit.mlflow_run import COMPARE_FOLDER, COMPARE_TAG, find_run, mlflow_diffs
 from pipeline.deadline import STORE_HTTP_ENV
 from pipeline.dvc_files import read_yaml12
 from pipeline.record import resolve_uri
 from pipeline.timing import TIME_PREFIX
 from pipeline.tracking import log_run
-from pipeline.stage import load_params
+from pipeline.stage import cpu_kernels, load_params
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import Config, ConfigError
 from seqcore.credentials import redact_text, redact_uri
+from seqcore.errors import OneLineError
 
 #: Source-run tags the copy keeps as they are: where, when and by whom the run was made
 #: (the audit checks that these are true of the repository, or leaves them free).
@@ -76,11 +78,18 @@ def rebuild(cfg: Config, run_id: str | None, source: str) -> tuple[Any, RunRecor
     lock = read_yaml12(Path("dvc.lock")) if Path("dvc.lock").exists() else {}
     if not lock:
         raise CopyError("no dvc.lock here: run this in the repository that holds the result")
+    if not isinstance(lock, dict) or "evaluate" not in (lock.get("stages") or {}):
+        raise CopyError("dvc.lock: no evaluate stage (cut off or edited?); restore it (git "
+                        "checkout dvc.lock) in the repository that holds the result")
     try:
         run = find_run(source, cfg, run_id)
     except Exception as err:  # noqa: BLE001 (any store failure, in one line)
         raise CopyError(redact_text(f"cannot read the run from {redact_uri(source)}: "
                                     f"{type(err).__name__}: {err}", (source,))) from None
+    diffs = lock_hash_diffs(Path("."), lock)  # the files the record and lineage are built from
+    if diffs:
+        raise CopyError(f"the workspace's files are not the locked result ({len(diffs)} "
+                        f"difference(s); first: {diffs[0]}): `dvc checkout` restores them")
     print(f"[copy_run] run {run.info.run_id} ({run.info.run_name}) in "
           f"{redact_uri(source)}; redoing the evaluation to check it", file=sys.stderr)
     done: dict[str, Any] = {}
@@ -122,6 +131,9 @@ def main() -> None:
         cfg = load_params(args.params)
     except ConfigError as err:
         parser.exit(2, f"{err}\n")
+    # the copy redoes the evaluation in this process, as the audit does: under the result's
+    # CPU kernels, or a portable result differs in its last bits here and is refused
+    cpu_kernels(cfg.decode.cpu_kernels, "cpu", "decode.cpu_kernels", "copy_run")
     target = args.to or os.environ.get("MLFLOW_TRACKING_URI")
     if not target:
         parser.exit(2, "copy_run: name the target store: --to URI or MLFLOW_TRACKING_URI\n")
@@ -130,8 +142,12 @@ def main() -> None:
         os.environ.setdefault(name, value)
     try:
         rid = copy_run(cfg, source, target, args.run_id)
-    except CopyError as err:
+    except (CopyError, OneLineError) as err:
         print(f"copy_run: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except FileNotFoundError as err:  # a file of the result: one line, as the stages say it
+        print(f"copy_run: {err.filename}: missing; restore the result (dvc checkout, or dvc "
+              "pull) first", file=sys.stderr)
         raise SystemExit(1) from None
     print(f"copied to {redact_uri(target)} as run {rid}")
 

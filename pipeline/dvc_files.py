@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from seqcore.config import Config
+from seqcore.errors import UnreadableFile, unreadable
 from seqcore.hashing import digest
 from seqcore.signature import NO_RESULT_KEYS, result_params
 
@@ -17,7 +18,12 @@ from seqcore.signature import NO_RESULT_KEYS, result_params
 def read_yaml12(path: Path) -> Any:
     """Parse YAML the way DVC does (ruamel, YAML 1.2: ``off`` is a string, ``1e-09`` a float),
     so dvc.lock digests and values agree between the evaluate stage and the audit."""
-    return copy.deepcopy(_parse_yaml12(path.read_text(encoding="utf-8")))
+    from ruamel.yaml import YAMLError  # noqa: PLC0415 (only when a DVC file is parsed)
+
+    try:
+        return copy.deepcopy(_parse_yaml12(path.read_text(encoding="utf-8")))
+    except (UnicodeDecodeError, YAMLError) as err:  # one line naming the file (issue 54)
+        raise unreadable(path, err) from None
 
 
 def parse_yaml12(text: str) -> Any:
@@ -35,15 +41,27 @@ def _parse_yaml12(text: str) -> Any:
     return YAML(typ="safe").load(text)
 
 
+def dvc_stages(dvc_yaml: Path = Path("dvc.yaml")) -> dict[str, Any]:
+    """The ``stages`` of dvc.yaml, in its order (none without the file); a file that holds
+    no stages mapping is UnreadableFile, one line naming it (issue 54)."""
+    if not dvc_yaml.exists():
+        return {}
+    stages = (read_yaml12(dvc_yaml) or {}).get("stages")
+    if not isinstance(stages, dict):
+        raise UnreadableFile(f"{dvc_yaml}: no stages (emptied or cut off?); restore it: "
+                             f"git checkout {dvc_yaml}")
+    return stages
+
+
 def pipeline_stages(dvc_yaml: Path = Path("dvc.yaml")) -> list[str]:
     """The names of the stages in dvc.yaml, in its order (none without the file)."""
-    return list((read_yaml12(dvc_yaml) or {}).get("stages", {})) if dvc_yaml.exists() else []
+    return list(dvc_stages(dvc_yaml))
 
 
 def pipeline_outputs(cfg: Config, dvc_yaml: Path = Path("dvc.yaml")) -> set[str]:
     """Every out, metric and plot file of the stages in dvc.yaml, templated with ``cfg``."""
     values = result_params(cfg)  # the templated keys (paths.*, evaluate.details_dir) are there
-    stages = read_yaml12(dvc_yaml)["stages"] if dvc_yaml.exists() else {}
+    stages = dvc_stages(dvc_yaml)
     out = set()
     for stage in stages.values():
         for kind in ("outs", "metrics", "plots"):

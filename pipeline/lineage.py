@@ -23,8 +23,9 @@ SOURCE_TYPE = "dvc"
 
 
 def dataset_inputs(cfg: Config) -> list[dict[str, str]]:
-    """One entry per prepared split present: name, digest, source_type, source, profile
-    (JSON texts) and context; empty without a prepared manifest."""
+    """One entry per prepared split the manifest counts: name, digest, source_type, source,
+    profile (JSON texts) and context; empty without a prepared manifest. A split it counts
+    whose file is gone is FileNotFoundError, not a dataset silently left out (issue 54)."""
     folder = Path(cfg.paths.prepared)
     if not manifest_path(folder).exists():
         return []
@@ -33,7 +34,7 @@ def dataset_inputs(cfg: Config) -> list[dict[str, str]]:
     out = []
     for split, context in CONTEXTS.items():
         path = folder / f"{split}.jsonl"
-        if not path.exists():
+        if split not in manifest.counts.rows:
             continue
         source = {"path": path.as_posix(), "raw": manifest.raw.path,
                   "raw_sha256": manifest.raw.sha256, "data.source": manifest.raw.source}

@@ -20,7 +20,6 @@ is not a ``source`` column of strings fails the request with one line (HTTP 400 
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,24 +55,18 @@ class SeqcoreModel(PythonModel):
 
     def load_context(self, context: Any) -> None:
         # imported here: MLflow puts the bundled library on the path before loading
-        from seqcore.config import config_from_dict  # noqa: PLC0415 (see above)
-        from seqcore.predictor import Predictor, Rescoring  # noqa: PLC0415 (see above)
+        from seqcore.errors import OneLineError  # noqa: PLC0415 (see above)
 
         # the one artifact (pipeline/registry.py packed_folder): the model file and its
         # sidecar, the tokenizer contract and models, decode.json, and under rescoring the
         # baseline's WFST (decode.json's "baseline": its n-best size and sha256)
         (folder,) = map(Path, context.artifacts.values())
-        settings = json.loads((folder / "decode.json").read_text(encoding="utf-8"))
-        decode = config_from_dict({"decode": settings["decode"]}).decode
-        base = settings.get("baseline")
-        rescoring = None if base is None else Rescoring.load(
-            folder / "model.fst", base["nbest"], base["sha256"])
-        if base is None and decode.rescore == "baseline":
-            # a version logged before issue 51 packed no WFST: it serves the model alone, as
-            # it always did (its registry page predates the system tag)
-            decode = replace(decode, rescore="none")
-        self.predictor = Predictor.load(folder / "model.pt", folder / "contract.json", decode,
-                                        rescoring)
+        try:
+            self.predictor = _predictor(folder)
+        except FileNotFoundError as err:  # one line naming the file, as for a broken one
+            raise OneLineError(f"{err.filename}: missing from the logged model (a copy cut "
+                               "short?); load another version, or log the result again with "
+                               "dvc repro") from None
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201 (MLflow's)
         """The answers to ``model_input`` (see the module docstring)."""
@@ -85,3 +78,21 @@ class SeqcoreModel(PythonModel):
 
 
 mlflow.models.set_model(SeqcoreModel())
+
+
+def _predictor(folder: Path) -> Any:
+    """The Predictor of a packed folder (see SeqcoreModel.load_context)."""
+    from seqcore.artifacts.base import read_json  # noqa: PLC0415 (see load_context)
+    from seqcore.config import config_from_dict  # noqa: PLC0415 (see load_context)
+    from seqcore.predictor import Predictor, Rescoring  # noqa: PLC0415 (see load_context)
+
+    settings = read_json(folder / "decode.json")
+    decode = config_from_dict({"decode": settings["decode"]}).decode
+    base = settings.get("baseline")
+    rescoring = None if base is None else Rescoring.load(
+        folder / "model.fst", base["nbest"], base["sha256"])
+    if base is None and decode.rescore == "baseline":
+        # a version logged before issue 51 packed no WFST: it serves the model alone, as it
+        # always did (its registry page predates the system tag)
+        decode = replace(decode, rescore="none")
+    return Predictor.load(folder / "model.pt", folder / "contract.json", decode, rescoring)

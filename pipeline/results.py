@@ -37,7 +37,8 @@ class Result:
 
 def _from_file(name: str, path: Path, origin: str) -> Result:
     try:
-        return Result(name, origin, Predictions.load(path).rows, PredictionsHeader.load(path))
+        preds, header = Predictions.load_checked(path)
+        return Result(name, origin, preds.rows, header)
     except FileNotFoundError as err:
         raise NotFound(f"{name}: {err.filename}: no such file") from None
 

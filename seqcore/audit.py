@@ -203,21 +203,32 @@ def nonblank_lines(path: Path) -> int:
 _LOCK_LINE = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)")
 
 
-def version_diffs(lock_text: str, installed: Callable[[str], str | None]) -> list[str]:
+#: Packages whose version decides a result's bytes: a requirements lock that pins none of
+#: them was emptied or cut off, and the package check must not pass on it.
+RESULT_PACKAGES = ("numpy", "sentencepiece", "sacrebleu", "mlflow", "dvc")
+
+
+def version_diffs(lock_text: str, installed: Callable[[str], str | None],
+                  required: tuple[str, ...] = RESULT_PACKAGES) -> list[str]:
     """Every ``name==version`` of a requirements lock against ``installed(name)``.
 
     A local build tag is ignored (``torch 2.13.0+cpu`` satisfies ``torch==2.13.0``), as pip's
     own ``==`` does.
     """
     diffs = []
+    pinned = set()
     for line in lock_text.splitlines():
         m = _LOCK_LINE.match(line.strip())
         if not m:
             continue
         name, want = m.groups()
+        pinned.add(name.lower())
         have = installed(name)
         if have is None:
             diffs.append(f"{name}: requirements.lock has {want}, not installed")
         elif have != want and have.split("+", 1)[0] != want:
             diffs.append(f"{name}: requirements.lock has {want}, installed {have}")
+    # an emptied or cut-off lock checks nothing, or only its first half: not a pass (issue 54)
+    diffs += [f"{name}: requirements.lock pins no version of it (cut off or edited? restore "
+              "it: git checkout requirements.lock)" for name in required if name not in pinned]
     return diffs

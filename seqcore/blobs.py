@@ -125,10 +125,12 @@ def load_blob(path: Path) -> dict[str, Any]:
     sidecar = path.with_name(path.name + ".sha256")
     if not sidecar.exists():
         raise UnusableCheckpoint(f"{path}: missing {sidecar.name}")
-    expected = sidecar.read_text().strip()
+    # bytes, not text: a sidecar that is not ASCII is a mismatch like any other (issue 54)
+    expected = sidecar.read_bytes().decode("ascii", "replace").strip()
     if _sha256(data) != expected:
-        raise UnusableCheckpoint(f"{path}: sha256 {_sha256(data)[:12]} != recorded "
-                                 f"{expected[:12]} (truncated or corrupted)")
+        raise UnusableCheckpoint(f"{path}: sha256 {_sha256(data)[:12]} != "
+                                 f"{expected[:12] or 'nothing'} recorded in {sidecar.name} "
+                                 "(truncated or corrupted)")
 
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols

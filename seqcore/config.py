@@ -404,6 +404,9 @@ def load_config(path: str | Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 (byte {err.object[err.start]:#04x} at offset "
+                          f"{err.start}); save it as UTF-8") from None
     try:
         raw = yaml.load(text, Loader=_Yaml12Bools)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:

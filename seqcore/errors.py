@@ -27,6 +27,10 @@ def unreadable(path: object, err: Exception, line: int | None = None) -> Unreada
         what = f"not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start})"
     elif isinstance(err, json.JSONDecodeError):
         what = f"not valid JSON ({err.msg})"
+    elif type(err).__module__.startswith(("yaml", "ruamel")):  # a YAML parser's error
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        what = f"not valid YAML{at} ({getattr(err, 'problem', None) or type(err).__name__})"
     else:
         what = f"not readable ({err})"
     where = f" line {line}:" if line is not None else ""

@@ -8,6 +8,7 @@ import ast
 import atexit
 import contextlib
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -335,7 +336,8 @@ def doc_commands(block: str) -> list[str]:
 # -- broken inputs, generated (issue 54) -------------------------------------------------------
 
 #: Text files among the stages' inputs (the others are binary: models, FSTs, checkpoints).
-TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".dict", ".sha256", ".txt")
+TEXT_SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".dict", ".sha256", ".txt", ".yaml", ".lock",
+                 ".vocab")
 
 
 class _Hostile:
@@ -357,6 +359,8 @@ def broken_variants(path: Path, marker: str) -> dict[str, bytes | None]:
                                     "truncated": data[: len(data) // 2]}
     if path.suffix in TEXT_SUFFIXES:
         out["not-utf8"] = b"\xff\xfe" + data[:200]
+    if path.suffix == ".sha256":  # well formed, but another file's digest
+        out["disagrees"] = hashlib.sha256(data).hexdigest().encode() + b"\n"
     if path.suffix == ".pt":
         out["hostile-pickle"] = pickle.dumps({"schema": 2, "x": _Hostile(marker)})
     return out

@@ -16,7 +16,9 @@ from pipeline.audit.options import REPLAY_SEGMENTS, AuditOptions
 from pipeline.audit.run import RunNotAuditable, audit_run_id
 from pipeline.audit.verdict import code_line, stamp_versions
 from pipeline.stage import cpu_kernels, load_params
-from seqcore.audit import MISMATCH, OK
+from seqcore.audit import MISMATCH, OK, AuditReport
+from seqcore.config import ConfigError
+from seqcore.errors import OneLineError
 
 #: What ``--help`` says the command does.
 DESCRIPTION = ("Audit a pipeline result end to end: every check redone from the locked "
@@ -56,24 +58,37 @@ def main() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # a down store: fail fast
     opts = AuditOptions(args.params, args.run_id, not args.no_mlflow, args.strict_env,
                         args.rebuild, only, args.replay, args.replay_seed)
+    sys.exit(run(opts, args.run, Path(args.root)))
+
+
+def run(opts: AuditOptions, run_id: str | None, root: Path) -> int:
+    """The audit of the result at ``root`` (or of the one run ``run_id`` claims): prints the
+    report, returns the exit status. A params file or dvc.lock the audit cannot read at all
+    stops it in one line with status 2 (issue 54); a broken file a check needs fails that
+    check."""
     start = time.perf_counter()
-    if args.run:  # a mode of the same audit: the result a run claims, checked out first
-        try:
-            report = audit_run_id(opts, args.run, Path(args.root))
-        except RunNotAuditable as err:
-            parser.exit(2, f"audit: {err}\n")
-        print(f"audit took {time.perf_counter() - start:.1f} s")
-        sys.exit(0 if report.ok else 1)
-    print(code_line(Path(__file__).resolve().parents[2], Path(args.root)), file=sys.stderr)
-    with contextlib.chdir(args.root):
-        report = audit(opts)
-        print(report.render())
-        if report.run_id and report.status.get("mlflow run") in (OK, MISMATCH):
-            try:
-                stamped = stamp_versions(opts.store(load_params(args.params)), report)
-            except Exception as err:  # noqa: BLE001 (the verdict stands without the stamp)
-                stamped = f"not stamped ({type(err).__name__}: {err})"
-            if stamped:
-                print(f"audit status set on {stamped}")
+    try:
+        if run_id:  # a mode of the same audit: the result a run claims, checked out first
+            report = audit_run_id(opts, run_id, root)
+        else:
+            print(code_line(Path(__file__).resolve().parents[2], root), file=sys.stderr)
+            with contextlib.chdir(root):
+                report = audit(opts)
+                print(report.render())
+                stamp(opts, report)
+    except (RunNotAuditable, ConfigError, OneLineError) as err:
+        print(f"audit: {err}", file=sys.stderr)
+        return 2
     print(f"audit took {time.perf_counter() - start:.1f} s")
-    sys.exit(0 if report.ok else 1)
+    return 0 if report.ok else 1
+
+
+def stamp(opts: AuditOptions, report: AuditReport) -> None:
+    """The verdict on the registered model versions of the audited run (when it was found)."""
+    if report.run_id and report.status.get("mlflow run") in (OK, MISMATCH):
+        try:
+            stamped = stamp_versions(opts.store(load_params(opts.params)), report)
+        except Exception as err:  # noqa: BLE001 (the verdict stands without the stamp)
+            stamped = f"not stamped ({type(err).__name__}: {err})"
+        if stamped:
+            print(f"audit status set on {stamped}")

@@ -23,6 +23,7 @@ from seqcore.audit import number_diffs, text_diffs
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.compare import first_difference
 from seqcore.config import Config, config_from_dict, experiment_name
+from seqcore.errors import UnreadableFile
 from seqcore.signature import result_params
 
 
@@ -154,8 +155,14 @@ def artifact_diffs(run: Any, uri: str, record: RunRecord,
             lock_sha = hashlib.sha256(got[name]).hexdigest()
             with tempfile.TemporaryDirectory() as tmp:
                 (Path(tmp) / "dvc.lock").write_bytes(got[name])
-                logged = upstream_lock_digest(read_yaml12(Path(tmp) / "dvc.lock"))
-            if logged != upstream_lock_digest(lock):
+                try:
+                    logged = read_yaml12(Path(tmp) / "dvc.lock")
+                except UnreadableFile:
+                    logged = None
+            if not isinstance(logged, dict):  # emptied, cut off, not YAML: a difference
+                diffs.append(f"artifact dvc.lock: {RUN} holds no dvc.lock (emptied, cut off "
+                             "or not YAML)")
+            elif upstream_lock_digest(logged) != upstream_lock_digest(lock):
                 diffs.append("artifact dvc.lock: its stages before evaluate differ from "
                              "the workspace dvc.lock's")
             continue

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.dvc_files import read_yaml12
+from pipeline.dvc_files import pipeline_stages, read_yaml12
 from pipeline.audit.lock import md5_file
 from pipeline.git_state import commit_copy, copy_checkout
 from seqcore.audit import stage_out_diffs
@@ -50,5 +50,5 @@ def rebuild_diffs(cfg: Config, lock: dict[str, Any]) -> list[str]:
             return [f"dvc repro failed in the rebuild copy ({res.returncode}):\n"
                     + (res.stdout + res.stderr).strip()[-2000:]]
         rebuilt = read_yaml12(repo / "dvc.lock")
-    order = list(read_yaml12(Path("dvc.yaml"))["stages"])
+    order = pipeline_stages()
     return stage_out_diffs(order, lock, rebuilt)

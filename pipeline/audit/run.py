@@ -144,8 +144,8 @@ def audit_run_id(opts: AuditOptions, run_id: str, root: Path) -> AuditReport:
     root, here = root.resolve(), Path(__file__).resolve().parents[2]
     with contextlib.chdir(root):
         uri = opts.store(load_params(opts.params))
-    client = mlflow.MlflowClient(tracking_uri=uri)
-    try:
+    try:  # a store that cannot be opened (a cut sqlite file) fails in the client itself
+        client = mlflow.MlflowClient(tracking_uri=uri)
         run = client.get_run(run_id)
     except Exception as err:  # noqa: BLE001 (not found, unreachable: the same line)
         raise RunNotAuditable(redact_text(

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
 from seqcore.config import BaselineConfig, ConfigError, DecodeConfig, section_from_dict
+from seqcore.errors import UnreadableFile
 from seqcore.jsonl import read_jsonl, write_jsonl
 
 
@@ -137,3 +138,17 @@ class Predictions:
             return cls(read_jsonl(Path(path), PredictionRow))
         except TypeError as err:
             raise fields_error(path, "predictions", err) from None
+
+    @classmethod
+    def load_checked(cls, path: str | Path,
+                     header: PredictionsHeader | None = None) -> tuple[Predictions, PredictionsHeader]:
+        """The rows of ``path`` and its header (read unless given), their counts checked
+        against each other: a file emptied or cut at a line end after its stage wrote it is
+        named in one line, not scored as a smaller set (issue 54)."""
+        header = header or PredictionsHeader.load(path)
+        preds = cls.load(path)
+        if len(preds.rows) != header.rows:
+            raise UnreadableFile(f"{path}: {len(preds.rows)} rows, its header records "
+                                 f"{header.rows}; re-run the stage that writes it (dvc repro) "
+                                 "or restore it (dvc checkout)")
+        return preds, header

@@ -267,9 +267,20 @@ def test_directory_md5_is_the_one_dvc_records(result: tuple[Path, str]) -> None:
 def test_a_local_build_tag_satisfies_the_lock_but_another_version_does_not() -> None:
     installed = {"torch": "2.13.0+cpu", "numpy": "2.0.1"}.get
     lock = "torch==2.13.0\nnumpy==2.0.0\n# comment\nmissing==1.0\n"
-    assert version_diffs(lock, installed) == [
+    assert version_diffs(lock, installed, required=("torch",)) == [
         "numpy: requirements.lock has 2.0.0, installed 2.0.1",
         "missing: requirements.lock has 1.0, not installed"]
+
+
+def test_a_lock_that_pins_none_of_the_result_packages_is_a_finding_not_a_pass() -> None:
+    # an emptied or cut-off requirements.lock checks nothing: each package a result's bytes
+    # depend on must be pinned (issue 54)
+    installed = {"numpy": "2.0.0", "sacrebleu": "2.6.0"}.get
+    assert version_diffs("", installed, required=("numpy", "sacrebleu")) == [
+        f"{name}: requirements.lock pins no version of it (cut off or edited? restore it: git "
+        "checkout requirements.lock)" for name in ("numpy", "sacrebleu")]
+    assert version_diffs("numpy==2.0.0\nsacrebleu==2.6.0\n", installed,
+                         required=("numpy", "sacrebleu")) == []
 
 
 def test_json_diffs_name_each_differing_key_and_read_a_tuple_as_its_json_list() -> None:

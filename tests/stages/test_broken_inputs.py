@@ -6,12 +6,18 @@ never the pickle's code run. The decode stage's inputs: tests/stages/test_broken
 
 from __future__ import annotations
 
+import hashlib
+import io
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.pipeline_helpers import run_broken
+from seqcore.blobs import load_blob
+from tests.pipeline_helpers import (
+    assert_one_line_or_fallback, broken_variants, run_broken, stage_python, tool_env)
 
 STAGES = ("prepare", "tokenizer", "baseline", "train", "evaluate")
 
@@ -33,3 +39,57 @@ AT_LEAST = {"prepare": 4, "tokenizer": 16, "baseline": 16, "train": 10, "evaluat
 def test_a_broken_input_stops_the_stage_in_one_line_naming_it(
         repo: Path, stage: str, tmp_path: Path) -> None:
     assert run_broken(repo, stage, tmp_path) >= AT_LEAST[stage]
+
+
+@pytest.mark.slow
+def test_a_broken_checkpoint_is_passed_over_and_never_enters_the_ledger(
+        repo: Path, tmp_path: Path) -> None:
+    """The train stage's working state (checkpoints/<contract>/, not a dependency, so not in
+    dvc.lock): best.pt and the newest checkpoint, and their sidecars, each broken as above or
+    replaced by a checkpoint that holds nothing but its schema field (with a sidecar that
+    matches). The stage passes over what it cannot use with one warning and resumes from an
+    intact state, or stops in one line; and every file the ledger (a DVC out) then holds loads
+    through the check that loading uses (issue 54: the ledger shipped a best.pt its stage had
+    refused, and a lone schema field got a 3,602-character line)."""
+    (folder,) = (repo / "checkpoints").iterdir()
+    newest = max(folder.glob("ckpt-*.pt"))
+    files = [f"{p.relative_to(repo)}{end}" for p in (folder / "best.pt", newest)
+             for end in ("", ".sha256")]
+    marker = tmp_path / "hostile-ran"
+    runs = 0
+    for rel in files:
+        target = repo / rel
+        good = target.read_bytes()
+        variants = broken_variants(target, str(marker))
+        if target.suffix == ".pt":
+            variants["schema-only"] = blob_bytes({"schema": 2})
+        try:
+            for how, content in variants.items():
+                sidecar = target.with_name(target.name + ".sha256")
+                sidecar_good = sidecar.read_bytes() if target.suffix == ".pt" else None
+                if content is None:
+                    target.unlink()
+                else:
+                    target.write_bytes(content)
+                    if how == "schema-only":  # a whole file: its sidecar agrees
+                        sidecar.write_text(hashlib.sha256(content).hexdigest() + "\n")
+                res = subprocess.run([stage_python(), "-m", "pipeline.train"], cwd=repo,
+                                     env=tool_env(), capture_output=True, text=True)
+                assert not marker.exists(), f"{rel} {how}: the pickle's code ran"
+                assert_one_line_or_fallback(res, rel, how)
+                assert all(len(line) < 400 for line in res.stderr.splitlines()), (rel, how)
+                for kept in (repo / "models/ledger").glob("*.pt"):
+                    load_blob(kept)  # UnusableCheckpoint here: the ledger took a refused file
+                target.write_bytes(good)
+                if sidecar_good is not None:
+                    sidecar.write_bytes(sidecar_good)
+                runs += 1
+        finally:
+            target.write_bytes(good)
+    assert runs >= 18
+
+
+def blob_bytes(payload: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    return buf.getvalue()

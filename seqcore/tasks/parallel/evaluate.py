@@ -24,7 +24,6 @@ from seqcore.config import Config, as_dict
 from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example, read_encoded
 from seqcore.determinism import set_determinism
-from seqcore.errors import UnreadableFile
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.hashing import digest
 from seqcore.metrics import plots
@@ -68,11 +67,7 @@ def evaluate(cfg: Config, io: StageIO) -> Evaluated:
     model = model_file.build()
     examples = {s: read_encoded(cfg.paths.encoded, s) for s in ("dev", "test")}
     forced = teacher_forced(cfg, model, examples, tc.special_ids, io)  # by split, by example id
-    rows = Predictions.load(pred_path).rows
-    if len(rows) != header.rows:  # emptied or cut at a line end after decode wrote it
-        raise UnreadableFile(f"{pred_path}: {len(rows)} rows, its header records "
-                             f"{header.rows}; re-run the decode stage (dvc repro) or restore "
-                             "it (dvc checkout)")
+    rows = Predictions.load_checked(pred_path, header)[0].rows
     spec = eval_spec(cfg)
     result = evaluate_predictions(rows, spec, forced[split])
     # The model's own output before any rescoring: its figures are the model's (issue 52)

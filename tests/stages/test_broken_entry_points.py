@@ -1,0 +1,272 @@
+"""The user commands beside the stages against every broken file they read (issue 54):
+``predict``, ``compare``, the audit, ``copy_run``, the logged MLflow model (pyfunc) and
+``mlflow models serve``. The stages have their own matrix (test_broken_inputs.py).
+
+Which files: those each command opens on the tiny result, traced with an audit hook while it
+runs, so a file the code starts reading is covered without editing this test. Each file is
+broken in each way a user's accident makes (tests.pipeline_helpers.broken_variants: gone,
+empty, cut in half, not UTF-8, a sidecar that names another digest, a hostile pickle), and the
+command must end in one of two ways: a stop whose last line names the file (exit 1 or 2; the
+pyfunc: one :class:`OneLineError` naming it), or the good run's output unchanged (the file
+was not needed for that answer). Never a traceback, never the pickle's code run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from benchmarks.load import served
+from pipeline.audit.options import AuditOptions
+from seqcore.errors import OneLineError
+from tests.pipeline_helpers import broken_variants, copy_result, stage_python, tool_env
+
+pytestmark = pytest.mark.slow  # the shared tiny result
+
+#: Paths that are code or tooling, not a result's files.
+NOT_RESULT = ("pipeline/", "seqcore/", "tests/", "benchmarks/", "tools/", ".git/", ".dvc/")
+
+_TRACE: dict[str, object] = {"on": False, "paths": set()}
+
+
+def _hook(event: str, args: tuple) -> None:
+    if _TRACE["on"] and event in ("open", "sqlite3.connect") and args \
+            and isinstance(args[0], (str, bytes, os.PathLike)):
+        _TRACE["paths"].add(os.path.abspath(os.fsdecode(args[0])))  # type: ignore[union-attr]
+
+
+sys.addaudithook(_hook)  # an audit hook cannot be removed: it records only while "on"
+
+
+def traced_reads(root: Path, under: Path, command: Callable[[], object]) -> list[str]:
+    """The files below ``under`` (relative to ``root``) that ``command`` opens."""
+    _TRACE["paths"] = set()
+    _TRACE["on"] = True
+    try:
+        command()
+    finally:
+        _TRACE["on"] = False
+    prefix = f"{under}{os.sep}"
+    return sorted(rel for rel in (str(Path(p).relative_to(root)) for p in _TRACE["paths"]
+                                  if p.startswith(prefix) and os.path.isfile(p))
+                  if not rel.startswith(NOT_RESULT) and "__pycache__" not in rel)
+
+
+def outcome(command: Callable[[], int | None], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of an in-process command; an exception that escapes it
+    is the traceback a user would see, and fails the test with it."""
+    try:
+        code = command() or 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def each_broken(root: Path, files: list[str], marker: Path):  # noqa: ANN201 (a generator)
+    """Yields (file, how) with ``file`` broken that way; restores it after each."""
+    for rel in files:
+        target = root / rel
+        good = target.read_bytes()
+        try:
+            for how, content in broken_variants(target, str(marker)).items():
+                if content is None:
+                    target.unlink()
+                else:
+                    target.write_bytes(content)
+                yield rel, how
+                target.write_bytes(good)
+                assert not marker.exists(), f"{rel} {how}: the pickle's code ran"
+        finally:
+            target.write_bytes(good)
+
+
+def assert_stop_or_same(rel: str, how: str, got: tuple[int, str, str], good: str) -> None:
+    """A stop whose last line names the file, or the good run's output."""
+    code, out, err = got
+    assert "Traceback" not in err, f"{rel} {how}: {err[-2000:]}"
+    if code == 0:
+        assert out == good, f"{rel} {how}: exit 0 with other output\n{err[-1000:]}"
+        return
+    assert code in (1, 2), (rel, how, code, err[-2000:])
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    assert Path(rel).name in last or str(Path(rel).parent) in last, (rel, how, last)
+
+
+def run_matrix(root: Path, command: Callable[[], int | None], capsys: pytest.CaptureFixture,
+               tmp_path: Path, at_least: int) -> None:
+    """``command`` (run in ``root``) against each broken variant of each file it reads."""
+    good_code, good, _ = outcome(command, capsys)
+    assert good_code == 0, "the command fails on the intact result"
+    files = traced_reads(root, root, lambda: outcome(command, capsys))
+    runs = 0
+    for rel, how in each_broken(root, files, tmp_path / "hostile-ran"):
+        assert_stop_or_same(rel, how, outcome(command, capsys), good)
+        runs += 1
+    assert runs >= at_least, f"{runs} broken runs over {files}: a read went missing"
+
+
+@pytest.fixture(scope="module")
+def result(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_result(audit_result[0], tmp_path_factory.mktemp("entry") / "repo")
+
+
+@pytest.fixture
+def inside(result: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(result)
+    return result
+
+
+def test_predict_against_every_broken_file_it_reads(
+        inside: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    from pipeline.predict import main  # noqa: PLC0415 (imports the model code)
+
+    # params, model and sidecar, tokenizer contract and models, baseline WFST and record
+    run_matrix(inside, lambda: main(["cat", "zebra"]), capsys, tmp_path, at_least=30)
+
+
+def test_compare_against_every_broken_file_it_reads(
+        inside: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    from pipeline.compare import main  # noqa: PLC0415
+
+    # params, both predictions files and their headers: an emptied file is named by the
+    # row count its header records, not compared as a smaller set
+    run_matrix(inside, lambda: main(["baseline", ".", "--samples", "20"]), capsys, tmp_path,
+               at_least=18)
+
+
+def test_the_audit_against_every_broken_file_it_reads_before_its_checks(
+        inside: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """What the audit reads outside its checks (params, dvc.lock) and the package check's
+    requirements.lock: a broken file a check needs makes that check fail or NOT RUN
+    (test_audit.py, test_forgery.py), so the checks themselves are left out here. An emptied
+    or half requirements.lock is a finding, not a pass."""
+    from pipeline.audit.cli import run  # noqa: PLC0415
+
+    opts = AuditOptions("params.yaml", None, False, False, False, ("package versions",), 0)
+    run_matrix(inside, lambda: run(opts, None, Path(".")), capsys, tmp_path, at_least=12)
+    lock = inside / "requirements.lock"
+    good = lock.read_bytes()
+    try:
+        lock.write_bytes(good[: len(good) // 2])
+        code, out, _ = outcome(lambda: run(opts, None, Path(".")), capsys)
+    finally:
+        lock.write_bytes(good)
+    assert code == 1 and "requirements.lock pins no version of" in out
+
+
+def test_audit_of_a_run_id_against_a_broken_store(result: Path, tmp_path: Path) -> None:
+    """``audit --run RUN_ID`` reads the run from the store first: a store gone, emptied or
+    cut in half stops it in one line naming the store, with exit status 2."""
+    with contextlib.closing(sqlite3.connect(result / "mlflow.db")) as db:
+        (run_id,) = db.execute("SELECT run_uuid FROM runs LIMIT 1").fetchone()
+    runs = 0
+    for _, how in each_broken(result, ["mlflow.db"], tmp_path / "hostile-ran"):
+        res = subprocess.run([stage_python(), "-m", "pipeline.audit", "--run", run_id],
+                             cwd=result, env=tool_env(), capture_output=True, text=True)
+        assert "Traceback" not in res.stderr and res.returncode == 2, (how, res.stderr[-2000:])
+        assert "mlflow.db" in res.stderr.strip().splitlines()[-1], (how, res.stderr[-500:])
+        runs += 1
+    assert runs == 3
+
+
+def test_copy_run_against_every_broken_file_it_reads_itself(
+        result: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """Every file it reads that dvc.lock does not record (the store, params, dvc.lock and
+    dvc.yaml): a locked file that differs is named by the lock's hash check before anything
+    else, and the run's artifacts are compared by the audit's own check ('mlflow run':
+    test_forgery.py). Run as users run it: its CPU kernels are the result's."""
+    from pipeline.copy_run import CopyError, copy_run  # noqa: PLC0415
+    from pipeline.stage import load_params  # noqa: PLC0415
+
+    def copy() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [stage_python(), "-m", "pipeline.copy_run", "--to",
+             f"sqlite:///{tmp_path / 'target.db'}"], cwd=result, env=tool_env(),
+            capture_output=True, text=True)
+
+    good = copy()
+    assert good.returncode == 0, good.stderr[-2000:]
+
+    def trace() -> None:  # in this process, whose CPU kernels may not be the result's: the
+        # redone evaluation may then differ, which only ends the copy after its reads
+        with contextlib.suppress(CopyError):
+            copy_run(load_params("params.yaml"), f"sqlite:///{result / 'mlflow.db'}",
+                     f"sqlite:///{tmp_path / 'trace.db'}")
+
+    with contextlib.chdir(result):
+        reads = traced_reads(result, result, trace)
+    capsys.readouterr()
+    locked = {e["path"] for stage in _lock(result)["stages"].values()
+              for e in (*stage.get("deps", []), *stage.get("outs", []))}
+    files = [f for f in reads if not f.startswith("mlruns/")
+             and not any(f == o or f.startswith(f"{o}/") for o in locked)]
+    assert {"mlflow.db", "dvc.lock", "dvc.yaml", "params.yaml"} <= set(files), files
+    for rel, how in each_broken(result, files, tmp_path / "hostile-ran"):
+        res = copy()
+        assert_stop_or_same(rel, how, (res.returncode, "", res.stderr), "")
+
+
+def _lock(root: Path) -> dict:
+    import yaml  # noqa: PLC0415
+
+    return yaml.safe_load((root / "dvc.lock").read_text())
+
+
+def packed_model(root: Path) -> Path:
+    """The folder of the result's logged MLflow model (the oldest: copy_run logs others)."""
+    return min(root.glob("mlruns/*/models/*/artifacts/MLmodel"),
+               key=lambda p: p.stat().st_mtime).parent
+
+
+def test_the_logged_model_against_every_broken_file_it_packs(
+        result: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """The pyfunc (what `mlflow models serve` and `models:/` load) raises one OneLineError
+    naming the packed file, or answers as before. MLflow's own files (MLmodel, the
+    environment files) are MLflow's to read."""
+    import mlflow  # noqa: PLC0415 (slow import)
+    import pandas as pd  # noqa: PLC0415
+
+    folder = packed_model(result)
+
+    def answers() -> str:
+        model = mlflow.pyfunc.load_model(str(folder))
+        return model.predict(pd.DataFrame({"source": ["cat", "zebra"]})).to_json()
+
+    good = answers()
+    files = traced_reads(result, folder / "artifacts", answers)
+    assert len(files) >= 6, files  # model, sidecar, contract, both tokenizers, decode.json
+    for rel, how in each_broken(result, files, tmp_path / "hostile-ran"):
+        try:
+            assert answers() == good, f"{rel} {how}: answered otherwise"
+        except OneLineError as err:
+            assert "\n" not in str(err), (rel, how, str(err))
+            assert Path(rel).name in str(err) or str(Path(rel).parent) in str(err), (rel, how)
+
+
+def test_a_served_model_with_a_broken_file_never_answers_and_names_it(
+        result: Path, tmp_path: Path) -> None:
+    """`mlflow models serve` on a packed model whose weights were cut: no server comes up,
+    and its output names the file (MLflow's own CLI then prints its traceback: its code)."""
+    folder = packed_model(result)
+    weights = folder / "artifacts" / "result" / "model.pt"
+    good = weights.read_bytes()
+    log = tmp_path / "serve.log"
+    try:
+        weights.write_bytes(good[: len(good) // 2])
+        with pytest.raises(RuntimeError, match="did not start"), \
+                served(str(folder), f"sqlite:///{result / 'mlflow.db'}", result, log):
+            pass
+    finally:
+        weights.write_bytes(good)
+    said = log.read_text(errors="replace")
+    assert f"{weights}: sha256" in said and "truncated or corrupted" in said
