@@ -218,7 +218,8 @@ def build_record(cfg: Config, metrics: dict[str, Any], sig: str, header: Predict
     tags |= source_tags(tags.get("git.commit", "none"))
     report = Path(cfg.paths.report)
     tags["mlflow.note.content"] = run_note(
-        name, metrics, changed, report.read_text(encoding="utf-8") if report.exists() else "")
+        name, flatten(metrics), changed,
+        report.read_text(encoding="utf-8") if report.exists() else "")
     artifacts = run_texts(cfg, pred_path) | {
         COUNTS_ARTIFACT: json.dumps(counts, indent=1, sort_keys=True) + "\n"}
     return new_record(cfg, name, contract_params(cfg, tc, sig), numeric, tags, artifacts,

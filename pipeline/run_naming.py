@@ -68,17 +68,28 @@ def report_lead(report: str) -> str:
     return lead + "\n\nThe whole report: artifact `reports/report.md`." if lead else ""
 
 
+def headline_line(metrics: dict[str, Any]) -> str:
+    """The headline figures of the run page, each with the baseline's beside it when the
+    run has one (issue 55: the page opens on them, not on MLflow's alphabetical table, where
+    the 35 ``baseline.*`` rows come first)."""
+    split = metrics.get("split", "test")
+    parts = []
+    for label, key in (("WER", "word_error_rate"), ("PER", "token_error_rate"),
+                       (f"{split} perplexity", f"{split}_perplexity"),
+                       ("exact match", "exact_match")):
+        value, base = metrics.get(key), metrics.get(f"baseline.{key}")
+        if isinstance(value, (int, float)):
+            beside = f" (baseline {base:.4f})" if isinstance(base, (int, float)) else ""
+            parts.append(f"{label} {value:.4f}{beside}")
+    return " · ".join(parts)
+
+
 def run_note(name: str, metrics: dict[str, Any], changed: dict[str, tuple[Any, Any]],
              report: str = "") -> str:
     """The run's description (``mlflow.note.content``, Markdown): headline metrics, the
     params that differ from the baseline, then the lead of the report (issue 29: the run
     page tells the result's story without opening an artifact)."""
-    split = metrics.get("split", "test")
-    heads = [(label, metrics[k]) for label, k in (
-        ("WER", "word_error_rate"), ("PER", "token_error_rate"),
-        (f"{split} perplexity", f"{split}_perplexity"), ("exact match", "exact_match"))
-        if isinstance(metrics.get(k), (int, float))]
-    lines = [f"**{name}**", "", " · ".join(f"{label} {v:.4f}" for label, v in heads), ""]
+    lines = [f"**{name}**", "", headline_line(metrics), ""]
     if changed:
         lines += ["Params changed from the baseline:", ""] + [
             f"- `{k}`: {param_text(a)} → {param_text(b)}"

@@ -11,11 +11,12 @@ import argparse
 import base64
 import contextlib
 import io
+import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,35 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100
 #: Marks the experiment as model training, not GenAI (the kind MLflow 3's UI offers first).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+#: The experiment's shared view of its run list (MLflow's "share view": an experiment tag
+#: ``mlflow.sharedViewState.<key>`` that the UI reads for ``?viewStateShareKey=<key>``): the
+#: headline metrics as columns, each beside the baseline's, newest run first (issue 55).
+VIEW_KEY = "seqcore-headline"
+VIEW_METRICS = ("word_error_rate", "baseline.word_error_rate", "token_error_rate",
+                "baseline.token_error_rate", "exact_match", "baseline.exact_match",
+                "model_output.word_error_rate", "test_perplexity")
+
+
+def view_state(metrics: Iterable[str]) -> str:
+    """The shared view's state (JSON: MLflow's UI state and search facets): the
+    ``VIEW_METRICS`` that the run logs, in that order and wide enough to read, then the
+    registered model; newest run first."""
+    have = set(metrics)
+    columns = [f"metrics.`{m}`" for m in VIEW_METRICS if m in have] + ["attributes.`Models`"]
+    return json.dumps({"selectedColumns": columns, "columnOrder": columns,
+                       "columnWidths": dict.fromkeys(columns, 190),
+                       "orderByKey": "attributes.start_time", "orderByAsc": False},
+                      sort_keys=True)
+
+
+def runs_link(uri: str, experiment_id: str) -> str:
+    """Where the UI opens the experiment's runs in the shared view, in training mode (the
+    server's own address for an HTTP store; the page's path for a local one)."""
+    page = (f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={VIEW_KEY}")
+    if uri.startswith(("http://", "https://")):
+        return f"{redact_uri(uri).rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page} (after `mlflow ui --backend-store-uri {uri}`)"
 
 
 def artifact_location(uri: str, experiment: str) -> str | None:
@@ -57,6 +87,9 @@ def log_run(record: RunRecord) -> str:
         record.experiment, artifact_location=artifact_location(record.uri, record.experiment))
     if not exp or EXPERIMENT_KIND[0] not in exp.tags:
         client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+    view = view_state(record.metrics)
+    if not exp or exp.tags.get(f"mlflow.sharedViewState.{VIEW_KEY}") != view:
+        client.set_experiment_tag(exp_id, f"mlflow.sharedViewState.{VIEW_KEY}", view)
     timing = record.timing or {}
     run = client.create_run(exp_id, run_name=record.run_name)
     rid = run.info.run_id
@@ -88,6 +121,8 @@ def log_run(record: RunRecord) -> str:
     end = run.info.start_time + round(timing[PIPELINE_WALL] * 1000) if PIPELINE_WALL in timing \
         else None
     client.set_terminated(rid, end_time=end)
+    print(f"[mlflow] the runs with their headline metrics: {runs_link(record.uri, exp_id)}",
+          file=sys.stderr)
     return rid
 
 

@@ -249,3 +249,46 @@ def team_stack(log: Path) -> Iterator[Team]:
     while any(listening(p) for p in ports) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in ports if listening(p)], "a test server outlived its fixture"
+
+
+# --- the MLflow UI as users open it: a local server and a headless browser ------------------
+
+#: Debian's chromium, headless, with nothing that reaches out of the machine (issue 55).
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync")
+
+
+@contextlib.contextmanager
+def local_ui(store: str, log: Path) -> Iterator[str]:
+    """``mlflow server`` on the store ``store`` (what ``mlflow ui`` runs), one worker, no job
+    runner; yields its URL. Its whole process group is stopped on exit."""
+    port = free_port()
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
+             store, "-h", HOST, "-p", str(port), "--workers", "1"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://{HOST}:{port}"
+    try:
+        wait_until(lambda: _healthy(url), "mlflow server", proc, log)
+        yield url
+    finally:
+        stop_group(proc)
+
+
+def browse(url: str, profile: Path, *, screenshot: Path | None = None,
+           size: str = "1600,900") -> str:
+    """The page at ``url`` as headless chromium renders it after its scripts ran (15 s of
+    virtual time): its DOM, or with ``screenshot`` a PNG written there (returns "")."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        unavailable("chromium (a headless browser)", "apt-get install chromium")
+    what = [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    res = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                          f"--window-size={size}", "--virtual-time-budget=15000", *what, url],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout

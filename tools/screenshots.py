@@ -10,8 +10,8 @@ compare view with "Show diff only". Usage, from the repository root:
     python tools/screenshots.py                 # writes docs/img/mlflow_runs.png, _compare.png
     python tools/screenshots.py --keep /tmp/ui  # keep the copy (and its mlflow.db) there
     python tools/screenshots.py --result        # the committed default (after `dvc pull`):
-                                                # mlflow_model.png, _datasets.png, _run.png,
-                                                # _run_charts.png
+                                                # mlflow_model.png, _datasets.png,
+                                                # _headline.png, _run.png, _run_charts.png
 
 ``--result`` logs the workspace's result once more, with the evaluate stage's own code, to a
 fresh store (so the pictures show one run and one model version, not a developer's history),
@@ -163,7 +163,7 @@ def ui_and_browser(db: Path) -> Iterator[tuple[str, Page]]:
     and a tab; both stopped on exit."""
     ui_port, cdp_port = free_port(), free_port()
     base = f"http://127.0.0.1:{ui_port}"
-    with tempfile.TemporaryDirectory() as profile:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         procs = [subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "ui",
                                    "--backend-store-uri", f"sqlite:///{db}", "--host",
                                    "127.0.0.1", "--port", str(ui_port)],
@@ -237,9 +237,12 @@ def result_store(repo: Path, work: Path) -> Path:
 
 
 def result_screenshots(db: Path, out: Path) -> None:
-    """The registered model's page, the run table (Datasets column), the run page and its
+    """The registered model's page, the run table (Datasets column), the run table as the
+    evaluate stage's printed link opens it (the headline columns), the run page and its
     charts."""
     import mlflow  # noqa: PLC0415 (slow import)
+
+    from pipeline.tracking import runs_link  # noqa: PLC0415 (the repository's own code)
 
     client = mlflow.MlflowClient(f"sqlite:///{db}")
     exp = client.get_experiment_by_name("seqcore-g2p")
@@ -257,6 +260,10 @@ def result_screenshots(db: Path, out: Path) -> None:
                   "?workflowType=machine_learning")
         page.wait_text("cmudict-train")
         page.shot(out / "mlflow_datasets.png", 1400, 440)
+        # the link the evaluate stage prints: the experiment's shared view, headline columns
+        page.open(runs_link(base, exp.experiment_id))
+        page.wait_text("baseline.word_error_rate")
+        page.shot(out / "mlflow_headline.png", 1400, 440)
         # a run's own link opens the UI's GenAI view unless it asks for this one
         page.open(f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"
                   "?workflowType=machine_learning")

@@ -4,6 +4,7 @@ tests/mlflow/test_team.py, beside the other tests of the session's team server).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -117,6 +118,29 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     client = mlflow.MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("exp-test").experiment_id])
     assert_run_matches(client, run.info.run_id, replace(record, uri=store), tmp_path)
+
+
+def test_the_run_description_opens_on_the_headline_figures_with_the_baseline_beside() -> None:
+    from pipeline.run_naming import run_note  # noqa: PLC0415
+
+    note = run_note("n", {"word_error_rate": 0.27, "baseline.word_error_rate": 0.302,
+                          "token_error_rate": 0.0645, "test_perplexity": 1.5}, {})
+    assert note.splitlines()[2] == ("WER 0.2700 (baseline 0.3020) · PER 0.0645 · "
+                                    "test perplexity 1.5000")
+
+
+def test_the_shared_view_opens_the_run_list_on_the_headline_columns_in_order() -> None:
+    from pipeline.tracking import VIEW_KEY, runs_link, view_state  # noqa: PLC0415
+
+    state = json.loads(view_state(["token_error_rate", "baseline.word_error_rate", "x",
+                                   "word_error_rate"]))
+    want = ["metrics.`word_error_rate`", "metrics.`baseline.word_error_rate`",
+            "metrics.`token_error_rate`", "attributes.`Models`"]
+    assert state["selectedColumns"] == state["columnOrder"] == want
+    assert (state["orderByKey"], state["orderByAsc"]) == ("attributes.start_time", False)
+    assert runs_link("http://u:p@h:5000/", "7") == (
+        "http://***@h:5000/#/experiments/7/runs?workflowType=machine_learning"
+        f"&viewStateShareKey={VIEW_KEY}")
 
 
 def test_the_run_description_holds_the_report_lead_and_points_to_the_whole_report() -> None:
