@@ -5,7 +5,8 @@ dvc.yaml makes the whole file this stage's parameter dependency, so any edit of 
 reads the edited key, and a bad file stops ``dvc repro`` with one line and exit status 2.
 It also checks what the workspace must hold (the user's data file) and what the CPU must
 give (AVX2 for the portable CPU kernel profile), and warns, one line each,
-about decode settings the chosen strategy ignores.
+about decode settings the chosen strategy ignores and settings known to work badly together
+(label smoothing beside scheduled sampling above a small cap).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from pipeline.stage import check_host, check_workspace, load
 from pipeline.timing import record_stage
+from seqcore.config_rules import risky_settings
 from seqcore.tasks import ignored_settings
 
 
@@ -21,7 +23,7 @@ def main() -> None:
     cfg = load(__doc__)
     check_workspace(cfg)
     check_host(cfg)
-    for warning in ignored_settings(cfg):
+    for warning in ignored_settings(cfg) + risky_settings(cfg):
         print(f"[validate] warning: {warning}", file=sys.stderr)
     print("[validate] params ok", file=sys.stderr)
 

@@ -290,6 +290,10 @@ class DecodeConfig:
     # the baseline and 32.8 % for the model alone.
     rescore: Literal["none", "baseline"] = "baseline"
     rescore_weight: float = 0.6
+    # Which split chose beam_size, alpha and rescore_weight: "dev" once `python -m
+    # pipeline.tune --write` has set them from its dev table (the result signature then
+    # carries tuned:dev); "none": set by hand (issue 52).
+    tuned_on: Literal["none", "dev"] = "none"
 
 
 @dataclass(frozen=True)

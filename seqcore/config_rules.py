@@ -159,6 +159,24 @@ def ignored_settings(cfg: Config) -> list[str]:
            if dec.strategy != reader and getattr(dec, key) != default]
 
 
+#: Scheduled sampling's cap above which label smoothing beside it gets a warning: both soften
+#: the targets the model learns from, and past a small share of fed model tokens the two
+#: together are a known way to train a model that is confident of nothing (the seed text's
+#: warning; issue 52).
+SS_CAP_WITH_SMOOTHING = 0.25
+
+
+def risky_settings(cfg: Config) -> list[str]:
+    """Warnings (one line each) for settings that are allowed but known to work badly
+    together: validate prints them, nothing stops."""
+    tr, ls = cfg.train, cfg.sequence.label_smoothing
+    if tr.ss_schedule != "off" and ls > 0 and tr.ss_cap > SS_CAP_WITH_SMOOTHING:
+        return [f"sequence.label_smoothing = {ls:g} with scheduled sampling up to "
+                f"train.ss_cap = {tr.ss_cap:g} (above {SS_CAP_WITH_SMOOTHING:g}): both soften "
+                "the targets; lower one of them, or compare on dev (python -m pipeline.compare)"]
+    return []
+
+
 def _raw_name(cfg: Config) -> Iterator[Problem]:
     """A user's raw snapshot is named after the user's file, never after CMUdict (issue 13)."""
     data, raw = cfg.data, Path(cfg.paths.raw)

@@ -136,6 +136,8 @@ def decode_fields(decode: DecodeConfig) -> dict[str, str]:
     out = {name: _text(getattr(decode, key)) for key, name in keys}
     if decode.rescore != "none":
         out["rw"] = _text(decode.rescore_weight)
+    if decode.tuned_on != "none":  # the settings above were chosen on that split (issue 52)
+        out["tuned"] = decode.tuned_on
     return out
 
 

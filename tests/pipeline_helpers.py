@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -427,3 +428,35 @@ def _run_broken_file(repo: Path, stage: str, rel: str, marker: Path) -> int:
     finally:
         target.write_bytes(good)
     return len(variants)
+
+
+#: Paths that are code or tooling, not a result's files.
+NOT_RESULT = ("pipeline/", "seqcore/", "tests/", "benchmarks/", "tools/", ".git/", ".dvc/")
+
+_TRACE: dict[str, object] = {"on": False, "paths": set()}
+
+
+def _hook(event: str, args: tuple) -> None:
+    if _TRACE["on"] and event in ("open", "sqlite3.connect") and args \
+            and isinstance(args[0], (str, bytes, os.PathLike)):
+        _TRACE["paths"].add(os.path.abspath(os.fsdecode(args[0])))  # type: ignore[union-attr]
+
+
+
+
+def traced_reads(root: Path, under: Path, command: Callable[[], object]) -> list[str]:
+    """The files below ``under`` (relative to ``root``) that ``command`` opens, in this
+    process (an audit hook on ``open`` and ``sqlite3.connect``; code and tooling left out)."""
+    if not _TRACE.get("hooked"):
+        sys.addaudithook(_hook)  # cannot be removed: it records only while "on"
+        _TRACE["hooked"] = True
+    _TRACE["paths"] = set()
+    _TRACE["on"] = True
+    try:
+        command()
+    finally:
+        _TRACE["on"] = False
+    prefix = f"{under}{os.sep}"
+    return sorted(rel for rel in (str(Path(p).relative_to(root)) for p in _TRACE["paths"]
+                                  if p.startswith(prefix) and os.path.isfile(p))
+                  if not rel.startswith(NOT_RESULT) and "__pycache__" not in rel)

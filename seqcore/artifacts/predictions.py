@@ -64,9 +64,17 @@ class BaselineSettings(BaselineConfig):
 DecodeSettings = DecodeConfig | BaselineSettings
 
 
+#: Decode keys added after headers were written, with the value every older header meant:
+#: ``tuned_on`` (issue 52) did not exist, so its settings were set by hand.
+ADDED_DECODE_KEYS = {"tuned_on": "none"}
+
+
 def decode_settings(raw: Any) -> DecodeSettings:
-    """The typed ``decode`` field of a header (ConfigError naming the key otherwise)."""
+    """The typed ``decode`` field of a header (ConfigError naming the key otherwise); a key
+    of ``ADDED_DECODE_KEYS`` that an older header lacks takes its old meaning."""
     cls = BaselineSettings if isinstance(raw, dict) and "kind" in raw else DecodeConfig
+    if cls is DecodeConfig and isinstance(raw, dict):
+        raw = ADDED_DECODE_KEYS | raw
     return section_from_dict(cls, raw, "decode")
 
 

@@ -183,6 +183,19 @@ def test_a_header_whose_decode_settings_this_code_cannot_read_is_refused_in_one_
     one_line_refusal(err, path)
 
 
+def test_a_header_written_before_tuned_on_existed_reads_as_settings_set_by_hand(
+        tmp_path: Path) -> None:
+    """``decode.tuned_on`` (issue 52) was added after headers were written: an older header
+    without it meant settings chosen by hand, and still reads (other missing keys do not)."""
+    pred = tmp_path / "test.jsonl"
+    PredictionsHeader(DecodeConfig(tuned_on="dev"), "c" * 64, 0, task="lm").save(pred)
+    path = pred.with_suffix(".header.json")
+    data = json.loads(path.read_text())
+    assert data["decode"].pop("tuned_on") == "dev"
+    path.write_text(json.dumps(data))
+    assert PredictionsHeader.load(pred).decode == DecodeConfig(tuned_on="none")
+
+
 def test_predictions_header_of_another_version_is_refused_in_one_line_naming_the_file(
         tmp_path: Path) -> None:
     path = tmp_path / "test.header.json"

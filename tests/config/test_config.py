@@ -194,3 +194,20 @@ def test_the_full_profile_overrides_existing_keys_with_valid_values(amp: str) ->
     # CPU bf16 is oneDNN's, which the portable profile cannot pin (issue 49)
     assert cfg.train.cpu_kernels == ("native" if amp == "bf16" else "portable")
     assert cfg.decode.rescore == "baseline"  # the profile rescores like the default
+
+
+def test_label_smoothing_beside_scheduled_sampling_above_the_cap_gets_one_warning() -> None:
+    from seqcore.config_rules import SS_CAP_WITH_SMOOTHING, risky_settings  # noqa: PLC0415
+
+    cfg = load_config(REPO / "params.yaml")
+    assert risky_settings(cfg) == []  # the default: no scheduled sampling
+    ss = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, ss_schedule="linear",
+                                                            ss_cap=0.5))
+    (line,) = risky_settings(ss)
+    assert line.startswith("sequence.label_smoothing = 0.1 with scheduled sampling up to "
+                           "train.ss_cap = 0.5 (above 0.25)")
+    at_cap = dataclasses.replace(ss, train=dataclasses.replace(ss.train,
+                                                               ss_cap=SS_CAP_WITH_SMOOTHING))
+    no_ls = dataclasses.replace(ss, sequence=dataclasses.replace(ss.sequence,
+                                                                 label_smoothing=0.0))
+    assert risky_settings(at_cap) == risky_settings(no_ls) == []

@@ -14,7 +14,6 @@ was not needed for that answer). Never a traceback, never the pickle's code run.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import subprocess
 import sys
@@ -26,38 +25,10 @@ import pytest
 from benchmarks.load import served
 from pipeline.audit.options import AuditOptions
 from seqcore.errors import OneLineError
-from tests.pipeline_helpers import broken_variants, copy_result, stage_python, tool_env
+from tests.pipeline_helpers import (
+    broken_variants, copy_result, stage_python, tool_env, traced_reads)
 
 pytestmark = pytest.mark.slow  # the shared tiny result
-
-#: Paths that are code or tooling, not a result's files.
-NOT_RESULT = ("pipeline/", "seqcore/", "tests/", "benchmarks/", "tools/", ".git/", ".dvc/")
-
-_TRACE: dict[str, object] = {"on": False, "paths": set()}
-
-
-def _hook(event: str, args: tuple) -> None:
-    if _TRACE["on"] and event in ("open", "sqlite3.connect") and args \
-            and isinstance(args[0], (str, bytes, os.PathLike)):
-        _TRACE["paths"].add(os.path.abspath(os.fsdecode(args[0])))  # type: ignore[union-attr]
-
-
-sys.addaudithook(_hook)  # an audit hook cannot be removed: it records only while "on"
-
-
-def traced_reads(root: Path, under: Path, command: Callable[[], object]) -> list[str]:
-    """The files below ``under`` (relative to ``root``) that ``command`` opens."""
-    _TRACE["paths"] = set()
-    _TRACE["on"] = True
-    try:
-        command()
-    finally:
-        _TRACE["on"] = False
-    prefix = f"{under}{os.sep}"
-    return sorted(rel for rel in (str(Path(p).relative_to(root)) for p in _TRACE["paths"]
-                                  if p.startswith(prefix) and os.path.isfile(p))
-                  if not rel.startswith(NOT_RESULT) and "__pycache__" not in rel)
-
 
 def outcome(command: Callable[[], int | None], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     """(exit status, stdout, stderr) of an in-process command; an exception that escapes it

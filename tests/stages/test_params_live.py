@@ -189,6 +189,7 @@ LIVE: dict[str, Live] = {
     "baseline.nbest": Live("baseline", 3),
     "decode.rescore": Live("decode", "none"),
     "decode.rescore_weight": Live("decode", 1.0, {"decode.rescore": "baseline"}),
+    "decode.tuned_on": Live("decode", "dev"),
 }
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.
