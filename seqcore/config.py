@@ -287,7 +287,9 @@ class DecodeConfig:
     # n-best list (baseline.nbest) and the model's own outputs with
     # (1 - rescore_weight) * log p_model + rescore_weight * log p_baseline. 0.6 was the best
     # weight on dev for the default model (docs/baseline.md): 27.7 % WER against 30.7 % for
-    # the baseline and 32.8 % for the model alone.
+    # the baseline and 32.8 % for the model alone. These defaults are the settings chosen by
+    # hand; params.yaml holds the ones `python -m pipeline.tune --write` chose on the
+    # default's dev split (beam 1, alpha 0, weight 0.5, tuned_on: dev; docs/decoding.md).
     rescore: Literal["none", "baseline"] = "baseline"
     rescore_weight: float = 0.6
     # Which split chose beam_size, alpha and rescore_weight: "dev" once `python -m

@@ -22,6 +22,8 @@ from seqcore.audit import json_diffs, nonblank_lines, version_diffs
 from seqcore.signature import NO_RESULT_KEYS
 from seqcore.signature_format import inherited_diff
 from seqcore.blobs import load_blob, save_blob
+from seqcore.config import load_config
+from tests.factories import REPO
 from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, stage_python, tool_env
 
 pytestmark = pytest.mark.e2e
@@ -309,7 +311,8 @@ def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
     client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id],
                               order_by=["attributes.start_time DESC"])
-    assert [r.data.params["decode.beam_size"] for r in runs] == ["6", "5"]
+    committed = load_config(REPO / "params.yaml").decode.beam_size
+    assert [r.data.params["decode.beam_size"] for r in runs] == ["6", str(committed)]
     name = runs[0].data.tags["dvc.exp.name"]
     assert runs[0].info.run_name.startswith(name) and name in res.stdout  # name leads
     assert run_audit(repo, monkeypatch).ok
@@ -333,7 +336,6 @@ def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
     from pipeline.audit.core import audit  # noqa: PLC0415
     from pipeline.audit.options import AuditOptions  # noqa: PLC0415
     from pipeline.copy_run import CopyError, copy_run  # noqa: PLC0415
-    from seqcore.config import load_config  # noqa: PLC0415
 
     repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
     (tmp_path / "team").mkdir()

@@ -112,8 +112,9 @@ def test_the_registered_model_serves_the_scored_system_row_for_row(
     alone = predict_lines(repo, [r.source for r in preds.rows], "alone.yaml")
     assert sum(a[1] != r.hypothesis for a, r in zip(alone, preds.rows, strict=True)) > 0
     info = mlflow.MlflowClient(uri).get_model_version(NAME, version)
+    weight = params["decode"]["rescore_weight"]
     assert info.tags["system"] == ("Transformer (1+1, d=32), greedy, rescoring Phonetisaurus "
-                                   "order-8 10-best, weight 0.6")
+                                   f"order-8 10-best, weight {weight:g}")
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     assert info.tags["test.word_error_rate"] == f"{metrics['word_error_rate']:.6g}"
     assert info.description.startswith(info.tags["system"] + ". Test: WER "

@@ -457,8 +457,8 @@ def test_a_run_id_is_audited_from_a_fresh_clone_that_pulls_its_outputs_and_gets_
     repo, env = clone(person_a, tmp_path / "carol", team)  # nothing pulled
     # a param changed in the working copy: the audit reads the result's commit, not the copy
     params = repo / "params.yaml"
-    assert "beam_size: 5" in params.read_text()
-    params.write_text(params.read_text().replace("beam_size: 5", "beam_size: 7"))
+    assert "  beam_size: 1\n" in params.read_text()  # the committed, dev-chosen beam
+    params.write_text(params.read_text().replace("  beam_size: 1\n", "  beam_size: 7\n"))
     out = sh(repo, AUDIT_RUN.replace("RUN_ID", person_a.run_id),
              env | {"MLFLOW_TRACKING_URI": team.mlflow})[1]
     # A's run was logged before A committed the result: the result is the later commit

@@ -59,7 +59,7 @@ SAMPLE = {"decode.strategy": "sample"}
 #: CPU under bf16): hot sampling from the two likeliest tokens, EOS masked for 8 tokens, gives
 #: long outputs with runs of repeated tokens of every length, truncated at a short cap.
 RANDOM_OUTPUTS = {**SAMPLE, "decode.temperature": 5.0, "decode.top_k": 2, "decode.min_len": 8}
-BEAM = {"decode.strategy": "beam"}
+BEAM = {"decode.strategy": "beam", "decode.beam_size": 5}  # params.yaml's dev-chosen beam is 1
 GRU = {"model.family": "gru"}
 SS = {"train.ss_schedule": "linear", "train.ss_k": 1.0, "train.ss_cap": 0.9}
 NO_DROP_GUARD = {"sequence.max_drop_rate": 1.0}  # short limits drop most rows on purpose
@@ -155,8 +155,8 @@ LIVE: dict[str, Live] = {
     "train.bptt_len": Live("train", 8, LM),
     "train.threads": Live("train", 2),  # float sums split differently: last-bit changes
     "decode.split": Live("decode", "dev"),
-    "decode.strategy": Live("decode", "greedy"),
-    "decode.beam_size": Live("decode", 2, BEAM),
+    "decode.strategy": Live("decode", "greedy", {"decode.beam_size": 5}),
+    "decode.beam_size": Live("decode", 2, {"decode.strategy": "beam"}),
     "decode.n_best": Live("decode", 2, BEAM),
     "decode.length_norm": Live("decode", "avg", BEAM),
     "decode.alpha": Live("decode", 3.0, {**BEAM, "decode.length_norm": "gnmt"}),
@@ -189,7 +189,6 @@ LIVE: dict[str, Live] = {
     "baseline.nbest": Live("baseline", 3),
     "decode.rescore": Live("decode", "none"),
     "decode.rescore_weight": Live("decode", 1.0, {"decode.rescore": "baseline"}),
-    "decode.tuned_on": Live("decode", "dev"),
 }
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.
@@ -217,6 +216,9 @@ NOT_RESULTS: dict[str, str] = {
                          "relaunched stage) and tools/cpu_models.py; a training-contract key",
     "decode.cpu_kernels": "as train.cpu_kernels, for decode and evaluate; the cpuk field of "
                           "the result signature",
+    "decode.tuned_on": "which split chose the decode settings (python -m pipeline.tune "
+                       "--write): the tuned field of the result signature, no output row "
+                       "(tests/stages/test_tune.py)",
     "train.log_every": "how often a progress line goes to stderr (logging)",
     "train.resume": "resuming gives identical losses and model (tests/training/test_resume.py, "
                     "tests/stages/test_resume_stage.py); fresh only deletes old checkpoints",
