@@ -22,11 +22,23 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from pipeline.stage import load_params
+from seqcore.artifacts.model_file import ModelFile
+from seqcore.artifacts.predictions import Predictions
 from seqcore.config import Config, ConfigError
+from seqcore.data.examples import read_examples
+from seqcore.decoding.factory import make_decoder
+from seqcore.decoding.predictions import decode_examples
+from seqcore.decoding.rescore import pick, scored_candidates
 from seqcore.decoding.tuning import (
     Scored, Setting, choose, table_csv, table_markdown, wider_beam_checks)
+from seqcore.determinism import set_determinism
 from seqcore.errors import OneLineError
+from seqcore.metrics.evaluation import row_stats
+from seqcore.metrics.scores import ErrorStats
+from seqcore.tokenizer import load_tokenizers
 
 #: The default grid: the beam widths and alphas around the default's, every tenth of weight.
 BEAMS, ALPHAS = (1, 3, 5, 8), (0.0, 0.6, 1.0)
@@ -36,19 +48,6 @@ WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 def tune(cfg: Config, beams: list[int], alphas: list[float],
          weights: list[float]) -> tuple[list[Scored], int]:
     """Every setting of the grid scored on dev, in grid order, and the dev row count."""
-    import torch  # noqa: PLC0415 (slow import)
-
-    from seqcore.artifacts.model_file import ModelFile  # noqa: PLC0415 (imports torch)
-    from seqcore.artifacts.predictions import Predictions  # noqa: PLC0415
-    from seqcore.data.examples import read_examples  # noqa: PLC0415
-    from seqcore.decoding.factory import make_decoder  # noqa: PLC0415
-    from seqcore.decoding.predictions import decode_examples  # noqa: PLC0415
-    from seqcore.decoding.rescore import pick, scored_candidates  # noqa: PLC0415
-    from seqcore.determinism import set_determinism  # noqa: PLC0415
-    from seqcore.metrics.evaluation import row_stats  # noqa: PLC0415
-    from seqcore.metrics.scores import ErrorStats  # noqa: PLC0415
-    from seqcore.tokenizer import load_tokenizers  # noqa: PLC0415
-
     saved = ModelFile.load(cfg.paths.model)
     model, meta = saved.build(), saved.meta
     toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256())

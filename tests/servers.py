@@ -177,17 +177,25 @@ MLFLOW_SERVER = ("mlflow server --host {host} --port {port} --backend-store-uri 
 def mlflow_server(backend: str, artifacts: str, s3: S3Store, log: Path) -> Iterator[str]:
     """``mlflow server`` with runs in ``backend`` and artifacts proxied to ``artifacts`` (an
     s3:// URI on ``s3``); yields its URL. Its whole process group is stopped on exit."""
+    env = dict(os.environ, **s3.env(), MLFLOW_S3_ENDPOINT_URL=s3.endpoint)
+    with _server(lambda port: MLFLOW_SERVER.format(host=HOST, port=port, backend=backend,
+                                                   artifacts=artifacts).split()[1:],
+                 env, log) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _server(args: Callable[[int], list[str]], env: dict[str, str], log: Path) -> Iterator[str]:
+    """``mlflow ARGS(port)`` on a free port of HOST, one worker, its output in ``log``;
+    yields its URL once it answers, and stops its whole process group on exit."""
     port = free_port()
     # Without MLflow's job runner (GenAI jobs, unused here): it starts seven more processes
     # that each import MLflow, which took 2/3 of the server's 14 s start on 2 cores.
-    env = dict(os.environ, **s3.env(), MLFLOW_S3_ENDPOINT_URL=s3.endpoint,
-               MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env = dict(env, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     env.pop("MLFLOW_TRACKING_URI", None)
     with open(log, "wb") as out:
-        argv = MLFLOW_SERVER.format(host=HOST, port=port, backend=backend,
-                                    artifacts=artifacts).split()
         proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("mlflow")), *argv[1:], "--workers", "1"],
+            [str(Path(sys.executable).with_name("mlflow")), *args(port), "--workers", "1"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{HOST}:{port}"
     try:
@@ -261,22 +269,10 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 @contextlib.contextmanager
 def local_ui(store: str, log: Path) -> Iterator[str]:
-    """``mlflow server`` on the store ``store`` (what ``mlflow ui`` runs), one worker, no job
-    runner; yields its URL. Its whole process group is stopped on exit."""
-    port = free_port()
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-             store, "-h", HOST, "-p", str(port), "--workers", "1"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://{HOST}:{port}"
-    try:
-        wait_until(lambda: _healthy(url), "mlflow server", proc, log)
+    """``mlflow server`` on the store ``store`` (what ``mlflow ui`` runs); yields its URL."""
+    with _server(lambda port: ["server", "--backend-store-uri", store, "-h", HOST, "-p",
+                               str(port)], dict(os.environ), log) as url:
         yield url
-    finally:
-        stop_group(proc)
 
 
 def browse(url: str, profile: Path, *, screenshot: Path | None = None,
