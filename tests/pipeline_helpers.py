@@ -16,7 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -405,29 +405,32 @@ def run_broken(repo: Path, stage: str, tmp_path: Path) -> int:
     """Each file ``stage`` reads first (:func:`broken_input_cases`), each broken variant in
     turn, the stage run on it, the file restored. Returns the number of runs."""
     runs = 0
-    for rel in broken_input_cases(repo, stage):
-        runs += _run_broken_file(repo, stage, rel, tmp_path / "hostile-ran")
+    for rel, how in each_broken(repo, broken_input_cases(repo, stage), tmp_path / "hostile-ran"):
+        res = subprocess.run([stage_python(), "-m", f"pipeline.{stage}"], cwd=repo,
+                             env=tool_env(), capture_output=True, text=True)
+        assert_one_line_or_fallback(res, rel, how)
+        runs += 1
     return runs
 
 
-def _run_broken_file(repo: Path, stage: str, rel: str, marker: Path) -> int:
-    target = repo / rel
-    good = target.read_bytes()
-    variants = broken_variants(target, str(marker))
-    try:
-        for name, content in variants.items():
-            if content is None:
-                target.unlink()
-            else:
-                target.write_bytes(content)
-            res = subprocess.run([stage_python(), "-m", f"pipeline.{stage}"], cwd=repo,
-                                 env=tool_env(), capture_output=True, text=True)
-            assert not marker.exists(), f"{rel} {name}: the pickle's code ran"
-            assert_one_line_or_fallback(res, rel, name)
+def each_broken(root: Path, files: list[str], marker: Path) -> Iterator[tuple[str, str]]:
+    """Yields (file, how) with ``file`` (relative to ``root``) broken that way
+    (:func:`broken_variants`); restores it after each, and fails if a hostile pickle's code
+    ran (it creates ``marker``)."""
+    for rel in files:
+        target = root / rel
+        good = target.read_bytes()
+        try:
+            for how, content in broken_variants(target, str(marker)).items():
+                if content is None:
+                    target.unlink()
+                else:
+                    target.write_bytes(content)
+                yield rel, how
+                target.write_bytes(good)
+                assert not marker.exists(), f"{rel} {how}: the pickle's code ran"
+        finally:
             target.write_bytes(good)
-    finally:
-        target.write_bytes(good)
-    return len(variants)
 
 
 #: Paths that are code or tooling, not a result's files.

@@ -26,7 +26,7 @@ from benchmarks.load import served
 from pipeline.audit.options import AuditOptions
 from seqcore.errors import OneLineError
 from tests.pipeline_helpers import (
-    broken_variants, copy_result, stage_python, tool_env, traced_reads)
+    copy_result, each_broken, stage_python, tool_env, traced_reads)
 
 pytestmark = pytest.mark.slow  # the shared tiny result
 
@@ -41,24 +41,6 @@ def outcome(command: Callable[[], int | None], capsys: pytest.CaptureFixture) ->
             print(stop.code, file=sys.stderr)
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def each_broken(root: Path, files: list[str], marker: Path):  # noqa: ANN201 (a generator)
-    """Yields (file, how) with ``file`` broken that way; restores it after each."""
-    for rel in files:
-        target = root / rel
-        good = target.read_bytes()
-        try:
-            for how, content in broken_variants(target, str(marker)).items():
-                if content is None:
-                    target.unlink()
-                else:
-                    target.write_bytes(content)
-                yield rel, how
-                target.write_bytes(good)
-                assert not marker.exists(), f"{rel} {how}: the pickle's code ran"
-        finally:
-            target.write_bytes(good)
 
 
 def assert_stop_or_same(rel: str, how: str, got: tuple[int, str, str], good: str) -> None:

@@ -6,18 +6,15 @@ never the pickle's code run. The decode stage's inputs: tests/stages/test_broken
 
 from __future__ import annotations
 
-import hashlib
-import io
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-import torch
 
-from seqcore.blobs import load_blob
+from seqcore.blobs import load_blob, save_blob
 from tests.pipeline_helpers import (
-    assert_one_line_or_fallback, broken_variants, run_broken, stage_python, tool_env)
+    assert_one_line_or_fallback, each_broken, run_broken, stage_python, tool_env)
 
 STAGES = ("prepare", "tokenizer", "baseline", "train", "evaluate")
 
@@ -52,44 +49,30 @@ def test_a_broken_checkpoint_is_passed_over_and_never_enters_the_ledger(
     through the check that loading uses (issue 54: the ledger shipped a best.pt its stage had
     refused, and a lone schema field got a 3,602-character line)."""
     (folder,) = (repo / "checkpoints").iterdir()
-    newest = max(folder.glob("ckpt-*.pt"))
-    files = [f"{p.relative_to(repo)}{end}" for p in (folder / "best.pt", newest)
-             for end in ("", ".sha256")]
-    marker = tmp_path / "hostile-ran"
+    states = (folder / "best.pt", max(folder.glob("ckpt-*.pt")))
+    files = [f"{p.relative_to(repo)}{end}" for p in states for end in ("", ".sha256")]
+
+    def train_on_it(rel: str, how: str) -> None:
+        res = subprocess.run([stage_python(), "-m", "pipeline.train"], cwd=repo,
+                             env=tool_env(), capture_output=True, text=True)
+        assert_one_line_or_fallback(res, rel, how)
+        assert all(len(line) < 400 for line in res.stderr.splitlines()), (rel, how)
+        for kept in (repo / "models/ledger").glob("*.pt"):
+            load_blob(kept)  # UnusableCheckpoint here: the ledger took a refused file
+
     runs = 0
-    for rel in files:
-        target = repo / rel
-        good = target.read_bytes()
-        variants = broken_variants(target, str(marker))
-        if target.suffix == ".pt":
-            variants["schema-only"] = blob_bytes({"schema": 2})
+    for rel, how in each_broken(repo, files, tmp_path / "hostile-ran"):
+        train_on_it(rel, how)
+        runs += 1
+    for state in states:  # a whole file whose sidecar agrees, holding only the schema field
+        sidecar = state.with_name(state.name + ".sha256")
+        good = state.read_bytes(), sidecar.read_bytes()
         try:
-            for how, content in variants.items():
-                sidecar = target.with_name(target.name + ".sha256")
-                sidecar_good = sidecar.read_bytes() if target.suffix == ".pt" else None
-                if content is None:
-                    target.unlink()
-                else:
-                    target.write_bytes(content)
-                    if how == "schema-only":  # a whole file: its sidecar agrees
-                        sidecar.write_text(hashlib.sha256(content).hexdigest() + "\n")
-                res = subprocess.run([stage_python(), "-m", "pipeline.train"], cwd=repo,
-                                     env=tool_env(), capture_output=True, text=True)
-                assert not marker.exists(), f"{rel} {how}: the pickle's code ran"
-                assert_one_line_or_fallback(res, rel, how)
-                assert all(len(line) < 400 for line in res.stderr.splitlines()), (rel, how)
-                for kept in (repo / "models/ledger").glob("*.pt"):
-                    load_blob(kept)  # UnusableCheckpoint here: the ledger took a refused file
-                target.write_bytes(good)
-                if sidecar_good is not None:
-                    sidecar.write_bytes(sidecar_good)
-                runs += 1
+            save_blob(state, {"schema": 2})
+            train_on_it(str(state.relative_to(repo)), "schema-only")
         finally:
-            target.write_bytes(good)
+            state.write_bytes(good[0])
+            sidecar.write_bytes(good[1])
     assert runs >= 18
 
 
-def blob_bytes(payload: dict) -> bytes:
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    return buf.getvalue()
