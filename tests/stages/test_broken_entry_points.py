@@ -24,6 +24,7 @@ import pytest
 
 from benchmarks.load import served
 from pipeline.audit.options import AuditOptions
+from pipeline.dvc_files import read_yaml12
 from seqcore.errors import OneLineError
 from tests.pipeline_helpers import (
     copy_result, each_broken, stage_python, tool_env, traced_reads)
@@ -159,7 +160,7 @@ def test_copy_run_against_every_broken_file_it_reads_itself(
     with contextlib.chdir(result):
         reads = traced_reads(result, result, trace)
     capsys.readouterr()
-    locked = {e["path"] for stage in _lock(result)["stages"].values()
+    locked = {e["path"] for stage in read_yaml12(result / "dvc.lock")["stages"].values()
               for e in (*stage.get("deps", []), *stage.get("outs", []))}
     files = [f for f in reads if not f.startswith("mlruns/")
              and not any(f == o or f.startswith(f"{o}/") for o in locked)]
@@ -167,12 +168,6 @@ def test_copy_run_against_every_broken_file_it_reads_itself(
     for rel, how in each_broken(result, files, tmp_path / "hostile-ran"):
         res = copy()
         assert_stop_or_same(rel, how, (res.returncode, "", res.stderr), "")
-
-
-def _lock(root: Path) -> dict:
-    import yaml  # noqa: PLC0415
-
-    return yaml.safe_load((root / "dvc.lock").read_text())
 
 
 def packed_model(root: Path) -> Path:
