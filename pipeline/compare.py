@@ -26,61 +26,17 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from pipeline.results import RUN_ID, NotFound, Result, check_same_data, find_result
+from pipeline.results import RUN_ID, NotFound, check_same_data, find_result
 from pipeline.stage import load_params
 from seqcore.config import Config, ConfigError
 from seqcore.errors import OneLineError
-from seqcore.metrics.comparison import NotComparable, compare_rows
-from seqcore.nulls import null_undefined
+from seqcore.metrics.comparison import NotComparable, compare_rows, render
 from seqcore.metrics.recompute import resampling
+from seqcore.nulls import null_undefined
 from seqcore.tasks.parallel.evaluate import eval_spec
 
-
 USAGE_ERROR = 2
-
-
-def _fmt(x: float | None, digits: int = 4) -> str:
-    return "-" if x is None or x != x else f"{x:.{digits}f}"
-
-
-def _row(label: str, m: dict[str, float]) -> str:
-    return (f"| {label} | {_fmt(m['a'])} | {_fmt(m['b'])} | {_fmt(m['delta'])} | "
-            f"[{_fmt(m['low'])}, {_fmt(m['high'])}] | {_fmt(m['p_bootstrap'])} | "
-            f"{_fmt(m['p_randomization'])} |")
-
-
-def render(a: Result, b: Result, out: dict[str, Any], confidence: float) -> str:
-    """The comparison as Markdown."""
-    head = (f"| metric | A | B | B - A | {confidence * 100:g} % interval | p (bootstrap) | "
-            "p (randomization) |")
-    rule = "|---|---|---|---|---|---|---|"
-    lines = [f"# {b.name} (B) against {a.name} (A)", "",
-             f"- A: {a.origin}", f"- B: {b.origin}", "",
-             f"{out['rows']} rows in {out['groups']} groups; differences are B - A; "
-             f"resampling `{out['resampling']}` (groups move together); approximate "
-             "randomization: as many trials, each group's A and B swapped with probability "
-             "1/2. A p-value below 0.05 says the difference is unlikely to be noise.", "",
-             head, rule]
-    lines += [_row(k, m) for k, m in out["headline"].items()]
-    lines += ["", "## By reference length", "", head.replace("| metric |", "| bucket, metric |"),
-              rule]
-    for bucket in out["buckets"]:
-        lines += [_row(f"{bucket['bucket']} ({bucket['count']} rows), {k}", m)
-                  for k, m in bucket["metrics"].items()]
-    lines += ["", "## Failure modes (share of rows)", "", head.replace("| metric |", "| mode |"),
-              rule]
-    lines += [_row(k, m) for k, m in out["failures"].items()]
-    flips = out["flips"]
-    lines += ["", "## Flipped examples", "",
-              f"Right in A, wrong in B: {flips['right_in_a_wrong_in_b']['count']}; right in B, "
-              f"wrong in A: {flips['right_in_b_wrong_in_a']['count']}.", "",
-              "| id | source | reference | A | B |", "|---|---|---|---|---|"]
-    for key in ("right_in_a_wrong_in_b", "right_in_b_wrong_in_a"):
-        lines += [f"| {e['id']} | {e['source']} | {e['reference']} | {e['hypothesis_a']} | "
-                  f"{e['hypothesis_b']} |" for e in flips[key]["examples"]]
-    return "\n".join(lines) + "\n"
 
 
 def compare(a_name: str, b_name: str, cfg: Config, examples: int = 10) -> tuple[str, dict]:
@@ -95,7 +51,7 @@ def compare(a_name: str, b_name: str, cfg: Config, examples: int = 10) -> tuple[
     out = compare_rows(a.rows, b.rows, eval_spec(cfg), r, examples)
     out = {"a": {"name": a.name, "origin": a.origin}, "b": {"name": b.name, "origin": b.origin},
            **out}
-    return render(a, b, out, r.confidence), null_undefined(out)
+    return render(out, r.confidence), null_undefined(out)
 
 
 #: What ``--log`` writes on a run: artifacts under this folder, tags under this prefix (the

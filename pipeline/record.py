@@ -16,10 +16,10 @@ from typing import Any
 
 from pipeline.dvc_files import read_yaml12, upstream_lock_digest
 from pipeline.git_state import git_state
-from pipeline.lineage import dataset_inputs
 from pipeline.registry import model_entry
 from pipeline.run_naming import changed_params, param_text, run_name, run_note
 from seqcore import __version__
+from seqcore.artifacts.lineage import dataset_inputs
 from seqcore.artifacts.manifests import PreparedManifest, manifest_path
 from seqcore.artifacts.predictions import PredictionsHeader
 from seqcore.artifacts.run_record import RunRecord

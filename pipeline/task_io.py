@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from pipeline.progress import in_chunks
 from pipeline.stage import signature
 from seqcore.config import Config
+from seqcore.progress import in_chunks
 
 if TYPE_CHECKING:
     from seqcore.artifacts.tokenizer_contract import TokenizerContract

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import sys
 
-from pipeline.progress import TrainingProgress
 from pipeline.ranks import build, resume_hint, spent, start
 from pipeline.stage import cpu_kernels, load
 from pipeline.timing import StageTime, elapsed, record_stage, training_clock
 from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.determinism import device_kind
+from seqcore.progress import TrainingProgress
 from seqcore.training import distributed
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.loop import TrainLoop

@@ -16,90 +16,15 @@ repro` re-decodes the test split with them, once.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from pipeline.stage import load_params
-from seqcore.artifacts.model_file import ModelFile
-from seqcore.artifacts.predictions import Predictions
-from seqcore.config import Config, ConfigError
-from seqcore.data.examples import read_examples
-from seqcore.decoding.factory import make_decoder
-from seqcore.decoding.predictions import decode_examples
-from seqcore.decoding.rescore import pick, scored_candidates
+from seqcore.config import ConfigError
 from seqcore.decoding.tuning import (
-    Scored, Setting, choose, table_csv, table_markdown, wider_beam_checks)
-from seqcore.determinism import set_determinism
+    ALPHAS, BEAMS, WEIGHTS, choose, table_csv, table_markdown, tune, wider_beam_checks,
+    write_params)
 from seqcore.errors import OneLineError
-from seqcore.metrics.evaluation import row_stats
-from seqcore.metrics.scores import ErrorStats
-from seqcore.tokenizer import load_tokenizers
-
-#: The default grid: the beam widths and alphas around the default's, every tenth of weight.
-BEAMS, ALPHAS = (1, 3, 5, 8), (0.0, 0.6, 1.0)
-WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
-
-
-def tune(cfg: Config, beams: list[int], alphas: list[float],
-         weights: list[float]) -> tuple[list[Scored], int]:
-    """Every setting of the grid scored on dev, in grid order, and the dev row count."""
-    saved = ModelFile.load(cfg.paths.model)
-    model, meta = saved.build(), saved.meta
-    toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256())
-    set_determinism(cfg.decode.seed, meta.threads)
-    examples = read_examples(Path(cfg.paths.encoded) / "dev.jsonl")
-    rescored = cfg.decode.rescore == "baseline"
-    base = ({r.id: r for r in Predictions.load(Path(cfg.paths.baseline) / "dev.jsonl").rows}
-            if rescored else {})
-
-    def figures(setting: Setting, rows: list) -> Scored:
-        s = sum(row_stats(rows), ErrorStats()).scores()
-        return Scored(setting, s["word_error_rate"], s["token_error_rate"],
-                      1 - s["exact_match_multi_ref"])
-
-    out = []
-    for beam in beams:
-        for alpha in alphas:
-            start = time.perf_counter()
-            decode = replace(cfg.decode, split="dev", strategy="beam", beam_size=beam,
-                             alpha=alpha)
-            with torch.inference_mode():
-                rows = decode_examples(model, examples, make_decoder(decode, toks.ids),
-                                       toks.ids, toks.tgt, decode.batch_size)
-                scored = scored_candidates(model, examples, rows, base, toks.tgt, toks.ids,
-                                           decode.batch_size) if rescored else []
-            out.append(figures(Setting(beam, alpha, None), rows))
-            out += [figures(Setting(beam, alpha, w), [
-                pick(r, cs, w, toks.tgt) for r, cs in zip(rows, scored, strict=True)])
-                for w in (weights if rescored else [])]
-            print(f"[tune] beam {beam}, alpha {alpha:g}: {len(rows):,} dev rows in "
-                  f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
-    return out, len(examples)
-
-
-def write_params(path: Path, chosen: Scored) -> None:
-    """Set the chosen decode settings and ``tuned_on: dev`` in params.yaml, in place: each
-    key's line in the decode section, comments and order kept."""
-    s = chosen.setting
-    values = {"beam_size": str(s.beam), "alpha": f"{s.alpha!r}", "tuned_on": "dev"}
-    # the model alone won: no rescoring; else the weight that won
-    values |= {"rescore": "none"} if s.weight is None else {"rescore_weight": f"{s.weight!r}"}
-    text = path.read_text(encoding="utf-8")
-    section = re.search(r"(?ms)^decode:\n(.*?)(?=^\S|\Z)", text)
-    if section is None:
-        raise ConfigError(f"{path}: no decode section to write the chosen settings into")
-    body = section.group(1)
-    for key, value in values.items():
-        body, n = re.subn(rf"(?m)^(  {key}:)[^\n#]*", rf"\g<1> {value}", body, count=1)
-        if n != 1:
-            raise ConfigError(f"{path}: decode.{key} is not set in its decode section; add "
-                              f"the line `  {key}: ...` there")
-    path.write_text(text[:section.start(1)] + body + text[section.end(1):], encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

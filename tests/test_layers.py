@@ -197,7 +197,8 @@ FLOORS = (
     ("seqcore", "seqcore.errors", "seqcore.nulls", "seqcore.hashing", "seqcore.jsonl",
      "seqcore.text", "seqcore.blobs", "seqcore.credentials", "seqcore.contract",
      "seqcore.determinism", "seqcore.kernels", "seqcore.environment", "seqcore.compare",
-     "seqcore.g2p", "seqcore.signature_format", "seqcore.config_ranges"),
+     "seqcore.g2p", "seqcore.signature_format", "seqcore.config_ranges",
+     "seqcore.progress"),
     ("seqcore.config", "seqcore.config_rules"),
     ("seqcore.models",),  # every model family, the lm task's RNN LM among them
     ("seqcore.artifacts", "seqcore.signature", "seqcore.tokenizer"),

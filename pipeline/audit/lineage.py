@@ -1,5 +1,5 @@
 """The audit of what a run says about its inputs and outputs: its dataset inputs against the
-prepared splits (pipeline/lineage.py), and its logged and registered model against the
+prepared splits (seqcore/artifacts/lineage.py), and its logged and registered model against the
 result's files and decode settings (pipeline/registry.py)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ RUN, PIPELINE = "mlflow run", "pipeline record"
 
 
 def dataset_diffs(run: Any, record: RunRecord) -> list[str]:
-    """The run's dataset inputs against the record's (pipeline/lineage.py): the same names,
+    """The run's dataset inputs against the record's (seqcore/artifacts/lineage.py): the same names,
     each with the digest (DVC's md5 of the prepared split), source, profile and context."""
     got = {}
     for entry in run.inputs.dataset_inputs if run.inputs else []:

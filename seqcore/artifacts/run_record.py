@@ -26,7 +26,7 @@ class RunRecord:
         steps: (metric, step, value) rows of the training log.
         texts: artifact name -> text (kept here so a replay logs the same bytes).
         images: artifact name -> base64 PNG; None (not written) for a run without plots.
-        datasets: the run's dataset inputs (pipeline/lineage.py: name, digest, source_type,
+        datasets: the run's dataset inputs (seqcore/artifacts/lineage.py: name, digest, source_type,
             source, profile, context); None (not written) in a record made before them.
         model: the MLflow model of the result (pipeline/registry.py model_entry: the files
             it packs with their sha256, the decode settings, the registered name and version

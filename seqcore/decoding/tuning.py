@@ -1,13 +1,31 @@
 """Decode settings chosen on dev (issue 52): each setting of a grid (beam width, length
 penalty alpha, rescoring weight) scored on the dev split, the chosen one, and the seed's
-warnings about search as checks of the table. The test split is never read here
-(pipeline/tune.py reads dev only)."""
+warnings about search as checks of the table. Only the dev split is read (``tune`` opens
+dev's encoded examples and baseline n-best); ``python -m pipeline.tune`` is the command."""
 
 from __future__ import annotations
 
 import math
+import re
+import sys
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from seqcore.artifacts.model_file import ModelFile
+from seqcore.artifacts.predictions import Predictions
+from seqcore.config import Config, ConfigError
+from seqcore.data.examples import read_examples
+from seqcore.decoding.factory import make_decoder
+from seqcore.decoding.predictions import decode_examples
+from seqcore.decoding.rescore import pick, scored_candidates
+from seqcore.determinism import set_determinism
+from seqcore.metrics.evaluation import row_stats
+from seqcore.metrics.scores import ErrorStats
+from seqcore.tokenizer import load_tokenizers
 
 
 @dataclass(frozen=True)
@@ -93,3 +111,65 @@ def table_csv(rows: list[Scored]) -> str:
             f"{'' if r.setting.weight is None else repr(r.setting.weight)},"
             f"{r.wer!r},{r.wer_any!r},{r.per!r}" for r in rows]
     return "\n".join(out) + "\n"
+
+
+#: The default grid: the beam widths and alphas around the default's, every tenth of weight.
+BEAMS, ALPHAS = (1, 3, 5, 8), (0.0, 0.6, 1.0)
+WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+def tune(cfg: Config, beams: list[int], alphas: list[float],
+         weights: list[float]) -> tuple[list[Scored], int]:
+    """Every setting of the grid scored on dev, in grid order, and the dev row count."""
+    saved = ModelFile.load(cfg.paths.model)
+    model, meta = saved.build(), saved.meta
+    toks = load_tokenizers(cfg.paths.tokenizer_contract, meta.tokenizer_sha256())
+    set_determinism(cfg.decode.seed, meta.threads)
+    examples = read_examples(Path(cfg.paths.encoded) / "dev.jsonl")
+    rescored = cfg.decode.rescore == "baseline"
+    base = ({r.id: r for r in Predictions.load(Path(cfg.paths.baseline) / "dev.jsonl").rows}
+            if rescored else {})
+
+    def figures(setting: Setting, rows: list) -> Scored:
+        s = sum(row_stats(rows), ErrorStats()).scores()
+        return Scored(setting, s["word_error_rate"], s["token_error_rate"],
+                      1 - s["exact_match_multi_ref"])
+
+    out = []
+    for beam in beams:
+        for alpha in alphas:
+            start = time.perf_counter()
+            decode = replace(cfg.decode, split="dev", strategy="beam", beam_size=beam,
+                             alpha=alpha)
+            with torch.inference_mode():
+                rows = decode_examples(model, examples, make_decoder(decode, toks.ids),
+                                       toks.ids, toks.tgt, decode.batch_size)
+                scored = scored_candidates(model, examples, rows, base, toks.tgt, toks.ids,
+                                           decode.batch_size) if rescored else []
+            out.append(figures(Setting(beam, alpha, None), rows))
+            out += [figures(Setting(beam, alpha, w), [
+                pick(r, cs, w, toks.tgt) for r, cs in zip(rows, scored, strict=True)])
+                for w in (weights if rescored else [])]
+            print(f"[tune] beam {beam}, alpha {alpha:g}: {len(rows):,} dev rows in "
+                  f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    return out, len(examples)
+
+
+def write_params(path: Path, chosen: Scored) -> None:
+    """Set the chosen decode settings and ``tuned_on: dev`` in params.yaml, in place: each
+    key's line in the decode section, comments and order kept."""
+    s = chosen.setting
+    values = {"beam_size": str(s.beam), "alpha": f"{s.alpha!r}", "tuned_on": "dev"}
+    # the model alone won: no rescoring; else the weight that won
+    values |= {"rescore": "none"} if s.weight is None else {"rescore_weight": f"{s.weight!r}"}
+    text = path.read_text(encoding="utf-8")
+    section = re.search(r"(?ms)^decode:\n(.*?)(?=^\S|\Z)", text)
+    if section is None:
+        raise ConfigError(f"{path}: no decode section to write the chosen settings into")
+    body = section.group(1)
+    for key, value in values.items():
+        body, n = re.subn(rf"(?m)^(  {key}:)[^\n#]*", rf"\g<1> {value}", body, count=1)
+        if n != 1:
+            raise ConfigError(f"{path}: decode.{key} is not set in its decode section; add "
+                              f"the line `  {key}: ...` there")
+    path.write_text(text[:section.start(1)] + body + text[section.end(1):], encoding="utf-8")

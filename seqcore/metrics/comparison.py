@@ -138,3 +138,47 @@ def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,
                                        r, functions=FAILURE_RATES))
     out["flips"] = _flips(a, b, examples)
     return out
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def _row(label: str, m: dict[str, float]) -> str:
+    return (f"| {label} | {_fmt(m['a'])} | {_fmt(m['b'])} | {_fmt(m['delta'])} | "
+            f"[{_fmt(m['low'])}, {_fmt(m['high'])}] | {_fmt(m['p_bootstrap'])} | "
+            f"{_fmt(m['p_randomization'])} |")
+
+
+def render(out: dict[str, Any], confidence: float) -> str:
+    """A comparison (``compare_rows``'s output with ``a`` and ``b``: name and origin of each
+    side) as Markdown."""
+    a, b = out["a"], out["b"]
+    head = (f"| metric | A | B | B - A | {confidence * 100:g} % interval | p (bootstrap) | "
+            "p (randomization) |")
+    rule = "|---|---|---|---|---|---|---|"
+    lines = [f"# {b['name']} (B) against {a['name']} (A)", "",
+             f"- A: {a['origin']}", f"- B: {b['origin']}", "",
+             f"{out['rows']} rows in {out['groups']} groups; differences are B - A; "
+             f"resampling `{out['resampling']}` (groups move together); approximate "
+             "randomization: as many trials, each group's A and B swapped with probability "
+             "1/2. A p-value below 0.05 says the difference is unlikely to be noise.", "",
+             head, rule]
+    lines += [_row(k, m) for k, m in out["headline"].items()]
+    lines += ["", "## By reference length", "", head.replace("| metric |", "| bucket, metric |"),
+              rule]
+    for bucket in out["buckets"]:
+        lines += [_row(f"{bucket['bucket']} ({bucket['count']} rows), {k}", m)
+                  for k, m in bucket["metrics"].items()]
+    lines += ["", "## Failure modes (share of rows)", "", head.replace("| metric |", "| mode |"),
+              rule]
+    lines += [_row(k, m) for k, m in out["failures"].items()]
+    flips = out["flips"]
+    lines += ["", "## Flipped examples", "",
+              f"Right in A, wrong in B: {flips['right_in_a_wrong_in_b']['count']}; right in B, "
+              f"wrong in A: {flips['right_in_b_wrong_in_a']['count']}.", "",
+              "| id | source | reference | A | B |", "|---|---|---|---|---|"]
+    for key in ("right_in_a_wrong_in_b", "right_in_b_wrong_in_a"):
+        lines += [f"| {e['id']} | {e['source']} | {e['reference']} | {e['hypothesis_a']} | "
+                  f"{e['hypothesis_b']} |" for e in flips[key]["examples"]]
+    return "\n".join(lines) + "\n"

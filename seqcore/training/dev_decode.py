@@ -15,7 +15,7 @@ It changes nothing the training does: the sample is chosen without randomness (e
 over the dev split's words in file order), decoding draws no random number and reads no
 training batch, and the model's train/eval mode is restored after it. The ledger's weights,
 optimizer, RNG states and data cursor are the same with it on or off (tests/training/
-test_dev_decode.py).
+test_loop.py).
 
 ``train.select: best_dev_wer`` / ``best_dev_per`` choose the model file's step by these
 figures; ties go to the other rate, then to the lower dev NLL, then to the earlier step.

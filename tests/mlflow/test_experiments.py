@@ -15,7 +15,7 @@ import mlflow
 import pytest
 import yaml
 
-from pipeline.progress import in_chunks
+from seqcore.progress import in_chunks
 from pipeline.record import split_counts
 from pipeline.run_naming import run_name
 from seqcore.artifacts.train_metrics import TrainMetrics
