@@ -11,7 +11,8 @@ without them. Four parts, each in its own process under its own time limit; a pa
 fails or runs out of time is a row that says so, and the others still run:
 
 1. **tests**: the CUDA and device tests (``-k "cuda or device"`` over
-   tests/training/test_cuda.py and tests/training/test_distributed.py) under pytest: passed,
+   tests/training/test_loop.py, test_resume.py and test_distributed.py: the ``cuda``-marked
+   tests and those named for a device) under pytest: passed,
    failed, skipped.
 2. **throughput**: the real ``TrainLoop.train_step`` on the encoded training split, for the
    default shape (2+2 layers, d 128, ff 512) and the ``full`` profile's (3+3, d 256, ff 1024),
@@ -72,7 +73,8 @@ def run(cmd: list[str], cwd: Path, limit: float) -> tuple[int | None, str, float
 def cuda_tests(limit: float) -> list[tuple[str, str, str]]:
     code, out, seconds = run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda or device",
-         "tests/training/test_cuda.py", "tests/training/test_distributed.py"], REPO, limit)
+         "tests/training/test_loop.py", "tests/training/test_resume.py",
+         "tests/training/test_distributed.py"], REPO, limit)
     summary = next((line for line in reversed(out.splitlines())
                     if re.search(r"\d+ (passed|failed|skipped|deselected)", line)), out[-200:])
     verdict = "timed out" if code is None else "ok" if code == 0 else f"exit {code}"

@@ -7,31 +7,40 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from seqcore.artifacts.predictions import PredictionRow
+from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.artifacts.tokenizer_contract import (
     SideContract,
     TextNormalization,
     TokenizerContract,
 )
 from seqcore.config import (
+    Config,
     ModelConfig,
     RNNConfig,
     SequenceConfig,
     TrainConfig,
     TransformerConfig,
+    config_from_dict,
 )
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.examples import Example
+from seqcore.g2p import is_illegal_phoneme
+from seqcore.metrics import recompute
+from seqcore.metrics.evaluation import EvalSpec, evaluate_predictions, prediction_metrics
+from seqcore.metrics.failures import FailureRules
+from seqcore.metrics.teacher import TeacherStats
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
-from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.models.rnnlm import RNNLM, RNNLMShape
 from seqcore.sequences import make_batch
+from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
+from seqcore.tasks.parallel.evaluate import eval_spec
 from seqcore.training.checkpoint import FIELDS, SCHEMA_VERSION, Checkpoint, CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
@@ -192,6 +201,14 @@ def s2s_loop(work: Path, max_steps: int, **train: object) -> TrainLoop:
     return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
 
 
+def train_setup(setup: Any, cfg: TrainConfig, work: Path) -> Any:
+    """Run a task's training setup (``seqcore.tasks.*.setup``: model, feed, contract,
+    d_model) through the training loop to ``cfg.max_steps``; its final state."""
+    loop = TrainLoop(setup.model, cfg, setup.feed, CheckpointDir(work, 2), setup.contract,
+                     setup.d_model)
+    return loop.run(lambda entry, tokens_per_s: None)
+
+
 def kill_after(loop: TrainLoop, step: int) -> None:
     """Run ``loop`` until it has checkpointed ``step``, then stop it as a kill would."""
     def stop(done: int) -> None:
@@ -245,3 +262,45 @@ def eval_nll(model: nn.Module, data: list[Example]) -> float:
         logp = torch.log_softmax(m(b.src, b.src_mask, b.tf.inputs), -1)
     valid = b.tf.labels != IGNORE_INDEX
     return float(-logp.gather(-1, b.tf.labels.clamp(min=0)[..., None])[..., 0][valid].sum())
+
+
+# -- evaluation inputs: rows, rules and tokenizers ------------------------------------------
+
+
+def row(rid: str, ref: str, hyp: str, group: str | None = None, eos: bool = True) -> PredictionRow:
+    """A predictions row of ``hyp`` against ``ref`` (its own group unless given)."""
+    return make_rows([(rid, group or f"w{rid}", ref, hyp, eos, None)])[0]
+
+
+def spec(edges: tuple[int, ...] = (), group_by: str = "none", illegal: object = None) -> EvalSpec:
+    return EvalSpec(edges, FailureRules(2, 3, 1), group_by, illegal)  # type: ignore[arg-type]
+
+
+#: Teacher-forced statistics of three sequences, the last without tokens.
+STATS = [TeacherStats(2.0, 4, 3), TeacherStats(3.0, 2, 1), TeacherStats(0.0, 0, 0)]
+
+
+def g2p(evaluate: dict | None = None) -> EvalSpec:
+    """The evaluation of the g2p task with these ``evaluate`` settings (None: the defaults)."""
+    return recompute.eval_spec(config_from_dict({"evaluate": evaluate} if evaluate else {}),
+                               is_illegal_phoneme)
+
+
+class IdPieces:
+    """A target tokenizer stand-in: a token's piece is its id."""
+
+    def decode(self, tokens: list[int]) -> str:
+        return " ".join(map(str, tokens))
+
+    def piece(self, token: int) -> str:
+        return str(token)
+
+
+def evaluated_failures(rows: list[PredictionRow], cfg: Config, tmp_path: Path) -> dict[str, Any]:
+    """The failure part of metrics.json, through the predictions file as evaluate reads it."""
+    path = tmp_path / "test.jsonl"
+    Predictions(rows).save(path)
+    ev = evaluate_predictions(Predictions.load(path).rows, eval_spec(cfg))
+    flagged = {k: [e["id"] for e in ev.failures[k]["examples"]] for k in
+               ("empty", "truncated", "repeated", "illegal")}
+    return {"metrics": prediction_metrics(ev)["failures"], "ids": flagged}

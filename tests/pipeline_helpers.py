@@ -463,3 +463,24 @@ def traced_reads(root: Path, under: Path, command: Callable[[], object]) -> list
     return sorted(rel for rel in (str(Path(p).relative_to(root)) for p in _TRACE["paths"]
                                   if p.startswith(prefix) and os.path.isfile(p))
                   if not rel.startswith(NOT_RESULT) and "__pycache__" not in rel)
+
+
+def declares(stage_params: list[str | dict], key: str) -> bool:
+    """Whether ``key`` is among a stage's params (``- params.yaml:`` declares every key)."""
+    if any(isinstance(p, dict) and "params.yaml" in p for p in stage_params):
+        return True
+    return any(key == p or key.startswith(p + ".") for p in stage_params if isinstance(p, str))
+
+
+def outcome(command: Callable[[], int | None],
+            capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of an in-process command; an exception escaping it (the
+    user's traceback) fails the test."""
+    try:
+        code = command() or 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -5,14 +5,7 @@ import pytest
 import torch
 
 from seqcore.contract import (
-    IGNORE_INDEX,
-    SpecialIds,
-    attention_mask,
-    causal_mask,
-    masked_softmax,
-    pad_batch,
-    shift_targets,
-)
+    IGNORE_INDEX, SpecialIds, attention_mask, causal_mask, masked_softmax, pad_batch, shift_targets)
 from tests.factories import IDS
 
 
@@ -34,8 +27,7 @@ def test_shift_every_target_token_and_eos_is_a_label_and_bos_never_is(ids: Speci
     tf = shift_targets(targets, ids, has_eos)
     for i, (y, eos) in enumerate(zip(targets, has_eos)):
         n = len(y) + eos
-        labels = tf.labels[i].tolist()
-        inputs = tf.inputs[i].tolist()
+        labels, inputs = tf.labels[i].tolist(), tf.inputs[i].tolist()
         # decoder input = BOS + y[:-1] (+ y[-1] when EOS follows it); labels = y (+ EOS)
         assert labels[:n] == y + ([ids.eos] if eos else []), i
         assert inputs[:n] == ([ids.bos] + y)[:n], i
@@ -96,9 +88,6 @@ def test_special_ids_must_be_distinct() -> None:
         SpecialIds(pad=0, unk=0, bos=2, eos=3)
 
 
-# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
-
-# -- masks and teacher forcing ------------------------------------------------------------
 def test_a_causal_mask_lets_query_t_see_the_keys_up_to_t_plus_its_offset() -> None:
     keys = torch.ones(1, 3, dtype=torch.bool)
     plain = attention_mask(keys, queries=3, causal=True)[0, 0]

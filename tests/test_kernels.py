@@ -1,12 +1,6 @@
 """The portable CPU kernel profile (issue 49, seqcore.kernels): the golden bytes of a tiny
-training, the profile's proof that it took effect, the relaunch of a stage, and where the
-profile enters the contract, the signature and the audit's replay.
-
-The golden test runs on whatever host CI gets, so over time its pin is checked on every kind
-of CPU this project meets; it fails only on a host the promise covers (x86-64 with AVX2),
-naming the host and the first tensor that differs. Hosts verified so far are listed in
-``tests/golden_training.json`` and docs/reproducibility.md.
-"""
+training on every AVX2 host CI gets (verified hosts: tests/golden_training.json), the proof it
+took effect, a stage's relaunch, and the profile in the contract, signature and audit replay."""
 
 from __future__ import annotations
 
@@ -41,15 +35,12 @@ GOLDEN = json.loads((REPO / "tests" / "golden_training.json").read_text())
 
 
 def host() -> str:
-    """This machine in one phrase: CPU model, its widest vector flags, torch."""
+    """This machine: CPU model, its widest vector flags, torch, and its CPU kind as
+    ``tests/golden_training.json`` names it (vendor, family and model)."""
     wide = sorted(f for f in cpu_flags() if f in {"avx2", "avx512f", "avx512_bf16", "amx_tile"})
-    return f"{cpu_model()} ({', '.join(wide) or 'no AVX2'}; torch {torch.__version__})"
-
-
-def cpu_kind() -> str:
-    """The CPU kind as ``tests/golden_training.json`` names it: vendor, family and model."""
     info = cpuinfo()
-    return f"{info.get('vendor_id')} family {info.get('cpu family')} model {info.get('model')}"
+    return (f"{cpu_model()} ({', '.join(wide) or 'no AVX2'}; torch {torch.__version__}) "
+            f"[{info.get('vendor_id')} family {info.get('cpu family')} model {info.get('model')}]")
 
 
 @pytest.mark.skipif("avx2" not in cpu_flags(),
@@ -60,13 +51,11 @@ def test_golden_tiny_training_has_the_pinned_bytes_on_this_cpu(tmp_path: Path) -
     if got["all"] == GOLDEN["digests"]["all"]:
         return
     first = next(k for k in got if k != "all" and got[k] != GOLDEN["digests"].get(k))
-    line = (f"the golden training differs from its pin on {host()} [{cpu_kind()}]: first "
-            f"tensor {first} (sha256 {got[first][:12]}, pinned "
-            f"{GOLDEN['digests'].get(first, 'none')[:12]}); pinned on "
-            f"{'; '.join(GOLDEN['verified_on'])}")
     # The promise covers every x86-64 CPU with AVX2 (docs/reproducibility.md): a new CPU kind
     # that differs is a finding to report with this line, not a host to skip
-    pytest.fail(line)
+    pytest.fail(f"the golden training differs from its pin on {host()}: first tensor {first} "
+                f"(sha256 {got[first][:12]}, pinned {GOLDEN['digests'].get(first, 'none')[:12]})"
+                f"; pinned on {'; '.join(GOLDEN['verified_on'])}")
 
 
 def test_golden_pin_names_every_weight_of_the_model() -> None:
@@ -139,9 +128,8 @@ def test_a_stage_without_the_profile_starts_itself_again_and_writes_the_same_byt
     repo = copy_result(audit_result[0], tmp_path / "r")
     before = (repo / "predictions" / "test.jsonl").read_bytes()
     (repo / "predictions" / "test.jsonl").unlink()
-    env = profile_env("native", tool_env())
-    res = subprocess.run([sys.executable, "-m", "pipeline.decode"], cwd=repo, env=env,
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run([sys.executable, "-m", "pipeline.decode"], cwd=repo, text=True,
+                         env=profile_env("native", tool_env()), capture_output=True, check=False)
     assert res.returncode == 0, res.stderr
     # the bytes of the profile, not of this CPU's own kernels (MKL's AMD or Intel GEMMs give
     # other scores): the stage started itself again under the profile
@@ -199,35 +187,28 @@ def test_validate_stops_a_portable_profile_on_a_cpu_without_avx2_in_one_line(
         "params.yaml: train.cpu_kernels = 'portable': this CPU has no AVX2, and the portable "
         "profile's bytes need it; set train.cpu_kernels: native (reproducible on this CPU "
         "kind only)\n")
-    native = Config(train=TrainConfig(cpu_kernels="native"))
-    assert host_problem(native) is not None and "decode.cpu_kernels" in host_problem(native)
-    both = Config(train=TrainConfig(cpu_kernels="native"), decode=DecodeConfig(cpu_kernels="native"))
-    assert host_problem(both) is None
-    monkeypatch.setattr("seqcore.config_rules.cpu_flags",
-                        lambda: frozenset({"avx2", "fma", "avx"}))
+    train = TrainConfig(cpu_kernels="native")
+    native = host_problem(Config(train=train))
+    assert native is not None and "decode.cpu_kernels" in native
+    assert host_problem(Config(train=train, decode=DecodeConfig(cpu_kernels="native"))) is None
+    monkeypatch.setattr("seqcore.config_rules.cpu_flags", lambda: frozenset({"avx2", "fma", "avx"}))
     assert host_problem(Config()) is None
 
 
 # -- the optimiser's correctly rounded square root (seqcore.training.optim) ----------------
 
-def _float32_sample(n: int = 1 << 16) -> torch.Tensor:
-    """``n`` positive float32 values spread over every exponent: random bit patterns."""
-    bits = torch.randint(0, 0x7F800000, (n,), generator=torch.Generator().manual_seed(3),
-                         dtype=torch.int64).to(torch.int32)
-    return bits.view(torch.float32)
-
-
 def test_ieee_sqrt_is_the_correctly_rounded_square_root_of_every_float32_sampled() -> None:
-    x = _float32_sample()
+    # 2**16 positive float32 values spread over every exponent: random bit patterns
+    x = torch.randint(0, 0x7F800000, (1 << 16,), generator=torch.Generator().manual_seed(3),
+                      dtype=torch.int64).to(torch.int32).view(torch.float32)
     # numpy's float32 sqrt is the CPU's sqrtps instruction: IEEE 754, correctly rounded
     assert torch.equal(ieee_sqrt(x), torch.from_numpy(np.sqrt(x.numpy())))
     assert ieee_sqrt(x).dtype == torch.float32
 
 
-def _adam_pair(cls_args: dict, steps: int = 5) -> tuple[list[torch.Tensor], list[torch.Tensor],
-                                                        dict, dict]:
-    """(params, params) after ``steps`` updates on the same gradients by torch's Adam (with its
-    sqrt made correctly rounded) and by PortableAdam, and their two state dicts."""
+def _adam_pair(cls_args: dict, steps: int = 5) -> list[tuple[list[torch.Tensor], dict]]:
+    """(params, state dict) after ``steps`` updates on the same gradients by torch's Adam and
+    by PortableAdam."""
     g = torch.Generator().manual_seed(11)
     start = [torch.randn(37, 5, generator=g), torch.randn(64, generator=g)]
     grads = [[torch.randn(p.shape, generator=g) * 1e-3 for p in start] for _ in range(steps)]
@@ -242,7 +223,7 @@ def _adam_pair(cls_args: dict, steps: int = 5) -> tuple[list[torch.Tensor], list
                 p.grad = grad.clone()
             opt.step()
         out.append(([p.detach() for p in params], opt.state_dict()))
-    return out[0][0], out[1][0], out[0][1], out[1][1]
+    return out
 
 
 @pytest.mark.parametrize("cls_args", [
@@ -255,7 +236,7 @@ def test_portable_adam_is_torchs_adam_with_a_correctly_rounded_sqrt(
     # the reference: torch's own update with every Tensor.sqrt correctly rounded
     sqrt = torch.Tensor.sqrt
     monkeypatch.setattr(torch.Tensor, "sqrt", lambda x: sqrt(x.double()).to(x.dtype))
-    ref, got, ref_state, got_state = _adam_pair(cls_args)
+    (ref, ref_state), (got, got_state) = _adam_pair(cls_args)
     assert all(torch.equal(a, b) for a, b in zip(ref, got, strict=True))
     assert ref_state["param_groups"] == got_state["param_groups"]
     for i, state in ref_state["state"].items():

@@ -1,13 +1,11 @@
-"""Layers (issue 11): a lower module never imports a higher one, and a stage never imports
-the code of a later one.
-
-The import of each module is read from its source with ``ast`` (function-level imports
-included), so a lazy import inside a function counts too.
-"""
+"""Layers (issues 11, 50): a lower module never imports a higher one, a stage never imports the
+code of a later one, no import runs in a circle. Imports are read from the source with ``ast``,
+so a lazy import inside a function counts too."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,21 +33,17 @@ def test_a_lower_package_imports_no_higher_one(package: str) -> None:
     assert not bad, bad
 
 
-# -- stages: each imports only the pieces it uses (issue 11) ------------------------------------
-
-#: stage -> code its import closure must not reach: the data stages stay fresh in `dvc status`
-#: when training, model, decoding or metrics code changes, and train does not re-run for a
-#: decoding edit, nor decode for a metrics edit (a task's pieces live in one module per
-#: stage: seqcore/tasks/__init__.py).
-#: The lm task's wing (issue 26) keeps the floors: its model is model code, its feed and setup
-#: training code, so the stages before them never load them either.
-LM_MODEL = ("seqcore/models/rnnlm.py",)
+#: stage -> code its import closure must not reach (issue 11): the data stages stay fresh in
+#: `dvc status` when training, model, decoding or metrics code changes, train does not re-run
+#: for a decoding edit, nor decode for a metrics edit. The lm task's model is model code
+#: (seqcore/models/rnnlm.py), its feed and setup training code, so the stages before them
+#: never load them either (issue 26).
 LM_TRAINING = ("seqcore/tasks/lm/feed.py", "seqcore/tasks/lm/setup.py")
+DATA_STAGES_NEVER_LOAD = ("seqcore/training", "seqcore/models", "seqcore/decoding",
+                          "seqcore/metrics", *LM_TRAINING)
 NOT_IN_CLOSURE = {
-    "prepare": ("seqcore/training", "seqcore/models", "seqcore/decoding", "seqcore/metrics",
-                *LM_MODEL, *LM_TRAINING),
-    "tokenizer": ("seqcore/training", "seqcore/models", "seqcore/decoding", "seqcore/metrics",
-                  *LM_MODEL, *LM_TRAINING),
+    "prepare": DATA_STAGES_NEVER_LOAD,
+    "tokenizer": DATA_STAGES_NEVER_LOAD,
     # train decodes while training (issue 52: the dev sample, seqcore.training.dev_decode;
     # minimum risk training's candidates, seqcore.training.mrt) with the searches and the edit
     # distance only: never the decode stage's factory, rescoring or the evaluation
@@ -70,16 +64,10 @@ def test_a_stage_imports_no_code_of_the_later_stages(stage: str) -> None:
     assert not bad, f"pipeline.{stage} imports {bad}"
 
 
-# -- the lm task's wing (issue 26) -------------------------------------------------------------
-
-#: Modules outside the wing that import it: none (seqcore.tasks registers the package by name;
-#: the RNN LM itself is model code, in seqcore/models/rnnlm.py: issue 50).
-INTO_THE_LM_WING: dict[str, set[str]] = {}
-
-
 def test_no_shared_code_imports_the_lm_tasks_code() -> None:
-    # the lm task's documents, streams, feed and setup live in seqcore/tasks/lm/: the
-    # shared floors (data, models, training, decoding, metrics) know nothing of it
+    # the lm task's documents, streams, feed and setup live in seqcore/tasks/lm/ (issue 26): the
+    # shared floors (data, models, training, decoding, metrics) know nothing of it. seqcore.tasks
+    # registers the package by name; the RNN LM is model code (seqcore/models/rnnlm.py, issue 50)
     wing = REPO / "seqcore" / "tasks" / "lm"
     imports = {str(path.relative_to(REPO)): {".".join(n.split(".")[:4])  # the module
                                              for n in imported_names(path)
@@ -87,15 +75,14 @@ def test_no_shared_code_imports_the_lm_tasks_code() -> None:
                                              n.startswith("seqcore.tasks.lm.")}
                for root in ("seqcore", "pipeline") for path in sorted((REPO / root).rglob("*.py"))
                if wing not in path.parents}
-    assert {path: names for path, names in imports.items() if names} == INTO_THE_LM_WING
+    assert {path: names for path, names in imports.items() if names} == {}
 
 
 def test_the_lm_wings_library_imports_no_stage_piece() -> None:
     # documents, streams, feed and setup sit on the floors below the stage pieces
     pieces = {f"seqcore.tasks.lm.{stage}" for stage in
               ("prepare", "tokenizer", "baseline", "train", "decode", "evaluate", "audit")}
-    library = ("documents", "streams", "feed", "setup")
-    bad = sorted(f"{name}.py imports {n}" for name in library
+    bad = sorted(f"{name}.py imports {n}" for name in ("documents", "streams", "feed", "setup")
                  for n in imported_names(REPO / "seqcore" / "tasks" / "lm" / f"{name}.py")
                  if ".".join(n.split(".")[:4]) in pieces)
     assert not bad, bad
@@ -153,41 +140,23 @@ def _runtime_imports(path: Path) -> set[str]:
 GRAPH = {name: _runtime_imports(path) for name, path in MODULES.items()}
 
 
-def _circles() -> list[list[str]]:
-    """The strongly connected components of GRAPH with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(GRAPH[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in sorted(GRAPH):
-        if v not in index:
-            visit(v)
-    return found
+def _reach(start: str) -> set[str]:
+    """Every module that importing ``start`` runs, through any chain of imports."""
+    seen, todo = set(), list(GRAPH[start])
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(GRAPH[name])
+    return seen
 
 
 def test_no_module_imports_itself_back_through_others() -> None:
-    # issue 50 removed config -> config_rules -> tasks -> config and audit <-> audit_run
-    assert _circles() == []
+    # issue 50 removed config -> config_rules -> tasks -> config and audit <-> audit_run;
+    # a circle is each module that reaches itself, with every module on its way back
+    reach = {m: _reach(m) for m in GRAPH}
+    circles = {tuple(sorted(m for m in reach[v] if v in reach[m])) for v in GRAPH if v in reach[v]}
+    assert sorted(circles) == []
 
 
 #: The library's floors, lowest first: a module imports its own floor and those below,
@@ -197,8 +166,7 @@ FLOORS = (
     ("seqcore", "seqcore.errors", "seqcore.nulls", "seqcore.hashing", "seqcore.jsonl",
      "seqcore.text", "seqcore.blobs", "seqcore.credentials", "seqcore.contract",
      "seqcore.determinism", "seqcore.kernels", "seqcore.environment", "seqcore.compare",
-     "seqcore.g2p", "seqcore.signature_format", "seqcore.config_ranges",
-     "seqcore.progress"),
+     "seqcore.g2p", "seqcore.signature_format", "seqcore.config_ranges", "seqcore.progress"),
     ("seqcore.config", "seqcore.config_rules"),
     ("seqcore.models",),  # every model family, the lm task's RNN LM among them
     ("seqcore.artifacts", "seqcore.signature", "seqcore.tokenizer"),
@@ -227,20 +195,13 @@ def test_no_import_runs_back_up_a_floor() -> None:
 
 def test_the_params_loader_imports_no_task() -> None:
     # the task's own rules are applied by the stage entry and validate (seqcore.tasks.task_checked)
-    closure, todo = set(), ["seqcore.config"]
-    while todo:
-        name = todo.pop()
-        if name not in closure:
-            closure.add(name)
-            todo.extend(GRAPH[name])
+    closure = {"seqcore.config"} | _reach("seqcore.config")
     assert not {m for m in closure if m.startswith("seqcore.tasks")}, sorted(closure)
 
 
 def test_no_code_swaps_the_tracking_uri_in_the_environment() -> None:
     # issue 50: the MLflow store is an argument (pipeline.audit.options.AuditOptions, the
     # copy's source and target); a swapped os.environ leaks into whatever runs meanwhile
-    import re  # noqa: PLC0415
-
     swaps = [f"{path.relative_to(REPO)}:{i}" for path in MODULES.values()
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"environ\[\s*[\"']MLFLOW_TRACKING_URI[\"']\s*\]\s*=", line)]

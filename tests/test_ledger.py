@@ -12,9 +12,6 @@ from seqcore.blobs import save_blob
 from seqcore.ledger import escape_probability, first_difference, ledger_segments, state_difference
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
-# --- the ledger --------------------------------------------------------------------------------
 def test_a_ledger_of_the_first_and_last_states_is_one_segment(tmp_path: Path) -> None:
     for step in (0, 40):
         save_blob(tmp_path / f"ckpt-{step:08d}.pt", {"step": step})

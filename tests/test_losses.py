@@ -23,16 +23,10 @@ Q_LABEL_4 = [0.0, 0.05, 0.0, 0.05, 0.85, 0.05]
 Q_LABEL_EOS = [0.0, 0.05, 0.0, 0.85, 0.05, 0.05]
 
 
-def table_case() -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits (1, 3, 6) with softmax = P everywhere; labels 4, EOS, then an unlabelled PAD."""
-    logits = torch.log(torch.tensor(P)).expand(1, 3, 6).clone()
-    return logits, torch.tensor([[4, EOS, IGNORE_INDEX]])
-
-
 def test_loss_label_smoothing_matches_hand_table_with_no_mass_on_pad_or_bos() -> None:
-    logits, labels = table_case()
-    logits.requires_grad_(True)
-    out = sequence_loss(logits, labels, "sum", EPS, (PAD, BOS))
+    # softmax = P everywhere; labels 4, EOS, then an unlabelled PAD
+    logits = torch.log(torch.tensor(P)).expand(1, 3, 6).clone().requires_grad_(True)
+    out = sequence_loss(logits, torch.tensor([[4, EOS, IGNORE_INDEX]]), "sum", EPS, (PAD, BOS))
     expected = sum(-q * math.log(p) for q_row in (Q_LABEL_4, Q_LABEL_EOS)
                    for q, p in zip(q_row, P) if q > 0)
     assert out.total.item() == pytest.approx(expected, rel=1e-6)
@@ -50,7 +44,8 @@ def test_loss_ignores_pad_in_numerator_and_denominator() -> None:
     logits = torch.randn(2, 4, 7)
     labels = torch.tensor([[4, 5, 6, EOS], [5, EOS, IGNORE_INDEX, IGNORE_INDEX]])
     out = sequence_loss(logits, labels, "token-mean", 0.0, (PAD, BOS))
-    reference = functional.cross_entropy(logits.view(-1, 7), labels.view(-1), ignore_index=IGNORE_INDEX)
+    reference = functional.cross_entropy(logits.view(-1, 7), labels.view(-1),
+                                         ignore_index=IGNORE_INDEX)
     assert out.tokens == 6
     torch.testing.assert_close(out.total / out.denominator("token-mean"), reference)
     longer = torch.cat([logits, torch.randn(2, 3, 7)], dim=1)  # 3 more PAD positions
@@ -82,8 +77,7 @@ def grads(model: torch.nn.Module) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("norm", ("token-mean", "sequence-mean", "sum"))
 def test_loss_normalisation_accumulating_microbatches_equals_one_big_batch(
-    norm: str, ids: SpecialIds
-) -> None:
+        norm: str, ids: SpecialIds) -> None:
     examples = toy_examples(6, seed=7, high=12, shift=0, lengths=(2, 5), reverse=False)
     model = tiny_model("transformer")
     big = make_batch(examples, ids)
@@ -105,9 +99,6 @@ def test_loss_normalisation_accumulating_microbatches_equals_one_big_batch(
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
-
-# -- the loss -----------------------------------------------------------------------------
 def test_the_loss_refuses_smoothing_of_one_and_labels_of_another_shape() -> None:
     logits, labels = torch.zeros(2, 3, 5), torch.zeros(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\), got 1"):

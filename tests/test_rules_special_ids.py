@@ -1,8 +1,6 @@
-"""Rule 9: special ids come from the tokenizer contract, never hard-coded.
-
-A real SentencePiece model is trained with non-default ids (PAD=5, UNK=6, BOS=7, EOS=4);
-the shift, padding, loss, models and decoding must all follow it.
-"""
+"""Rule 9: special ids come from the tokenizer contract, never hard-coded: a SentencePiece
+model trained with non-default ids (PAD=5, UNK=6, BOS=7, EOS=4) is followed by the shift,
+padding, loss, models and decoding."""
 
 from __future__ import annotations
 
@@ -82,8 +80,7 @@ class ScriptedDecoder(EncoderDecoder):
 
     def __init__(self, vocab: int) -> None:
         super().__init__()
-        self.vocab, self.fed = vocab, []
-        self.script = [8, 9, ODD.eos]
+        self.vocab, self.fed, self.script = vocab, [], [8, 9, ODD.eos]
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         return src_mask

@@ -10,9 +10,6 @@ from seqcore.sequences import Batch, TeacherForcing, make_batch
 from tests.factories import IDS
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
-# --- a batch on another device ----------------------------------------------------------------
 def test_a_batch_moved_to_another_device_moves_every_tensor_and_keeps_its_shapes() -> None:
     tf = TeacherForcing(torch.ones(2, 3, dtype=torch.long), torch.full((2, 3), 5),
                         torch.ones(2, 3, dtype=torch.bool))
@@ -26,7 +23,6 @@ def test_a_batch_moved_to_another_device_moves_every_tensor_and_keeps_its_shapes
                                           torch.bool]
 
 
-# --- batches, streams and samplers ----------------------------------------------------------
 def test_a_truncated_target_in_a_batch_keeps_no_eos_label() -> None:
     kept = Example("a", "a", "", "", [5, 6], [7, 8], True)
     cut = Example("b", "b", "", "", [5, 6], [7, 8], False)

@@ -7,23 +7,27 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import torch
 
 from pipeline.stage import signature
-from seqcore.config import Config, DecodeConfig, SequenceConfig, TrainConfig, load_config
+from seqcore.config import Config, DecodeConfig, load_config
 from seqcore.signature import (
-    GUARD_KEYS, NO_RESULT_KEYS, contract_signature, data_signature, derived_params,
+    ADDED_KEYS, GUARD_KEYS, NO_RESULT_KEYS, contract_signature, data_signature,
     result_params, result_signature, tokenizer_signature, training_contract)
 from seqcore.signature_format import inherited_diff, parse_signature, signature_diff
-from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.loop import TrainLoop
-from tests.factories import CONTRACT, IDS, REPO, examples, tiny_model
+from seqcore.tasks import get_task
+from seqcore.training.distributed import checkpoint_folder_name
+from tests.factories import CONTRACT, REPO
 
 
 @pytest.fixture
 def cfg() -> Config:
     return load_config(REPO / "params.yaml")
+
+
+def edit(cfg: Config, **sections: dict[str, object]) -> Config:
+    """``cfg`` with each named section's fields changed as given."""
+    return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **changes)
+                                       for name, changes in sections.items()})
 
 
 def test_signature_spells_each_contract_field_in_sacrebleu_style(cfg: Config) -> None:
@@ -37,37 +41,33 @@ def test_signature_spells_each_contract_field_in_sacrebleu_style(cfg: Config) ->
 
 def test_stress_is_signed_and_recorded_only_for_the_cmudict_source(cfg: Config) -> None:
     # Issue 30: a user's TSV is read as it is; its contract claimed `stress:strip`.
-    own = dataclasses.replace(cfg, data=dataclasses.replace(
-        cfg.data, source="tsv", path="data/external/own.tsv"))
+    own = edit(cfg, data={"source": "tsv", "path": "data/external/own.tsv"})
     for sign in (lambda c: contract_signature(c, CONTRACT), lambda c: data_signature(c, "0" * 64),
                  lambda c: tokenizer_signature(c, CONTRACT)):
         assert parse_signature(sign(cfg))["stress"] == "strip"
         assert "stress" not in parse_signature(sign(own))
-    assert "data.keep_stress" in result_params(cfg)
-    assert "data.keep_stress" not in result_params(own)
-    assert "data.keep_stress" in training_contract(cfg, CONTRACT)
-    assert "data.keep_stress" not in training_contract(own, CONTRACT)
+    for recorded in (result_params, lambda c: training_contract(c, CONTRACT)):
+        assert "data.keep_stress" in recorded(cfg)
+        assert "data.keep_stress" not in recorded(own)
 
 
 def test_the_tokenizer_signature_is_the_contract_signature_without_the_loss(
         cfg: Config) -> None:
-    """What the tokenizer stage signs holds no loss field: a loss edit must not make the
-    tokenizer stale (issue 34); the contract signature extends it field for field."""
+    # a loss edit must not make the tokenizer stale (issue 34); the contract signature
+    # extends it field for field
     tok = tokenizer_signature(cfg, CONTRACT)
     assert "loss:" not in tok and "ls:" not in tok
     full = contract_signature(cfg, CONTRACT)
     assert inherited_diff(full, tok) == []
     assert set(parse_signature(full)) - set(parse_signature(tok)) == {"loss", "ls"}
-    smoothed = dataclasses.replace(cfg, sequence=dataclasses.replace(cfg.sequence,
-                                                                     label_smoothing=0.2))
+    smoothed = edit(cfg, sequence={"label_smoothing": 0.2})
     assert tokenizer_signature(smoothed, CONTRACT) == tok
     assert inherited_diff(contract_signature(smoothed, CONTRACT), tok) == []
 
 
 def test_signature_diff_names_exactly_the_changed_fields(cfg: Config) -> None:
-    changed = dataclasses.replace(cfg, sequence=dataclasses.replace(cfg.sequence,
-                                                                    max_src_len=48))
-    a, b = contract_signature(cfg, CONTRACT), contract_signature(changed, CONTRACT)
+    a = contract_signature(cfg, CONTRACT)
+    b = contract_signature(edit(cfg, sequence={"max_src_len": 48}), CONTRACT)
     assert signature_diff(a, b) == ["maxsrc: '32' != '48'"]
     assert signature_diff(a, a) == []
 
@@ -102,15 +102,11 @@ DECODE = DecodeConfig(strategy="greedy", batch_size=64, device="auto")
 DRAWS = "ci:95|bs:1000|rs:12345|by:word"
 
 
-def decoded(**changes: object) -> DecodeConfig:
-    return dataclasses.replace(DECODE, **changes)
-
-
 def test_a_greedy_and_a_beam_result_of_one_model_sign_differently(cfg: Config) -> None:
     sig = contract_signature(cfg, CONTRACT)
     args = (sig, "c" * 64, "m" * 64)
     greedy = result_signature(*args, DECODE, DRAWS)
-    beam = result_signature(*args, decoded(strategy="beam"), DRAWS)
+    beam = result_signature(*args, dataclasses.replace(DECODE, strategy="beam"), DRAWS)
     assert greedy != beam
     assert parse_signature(beam)["beam"] == "5" and "beam" not in parse_signature(greedy)
     assert inherited_diff(greedy, sig.rsplit("|fmt:", 1)[0]) == []
@@ -120,77 +116,38 @@ def test_a_greedy_and_a_beam_result_of_one_model_sign_differently(cfg: Config) -
         "greedy", "baseline", "0.6", "1000")
     # a setting of another strategy does not change a greedy result's signature; one of its
     # own, the model, the training contract or the bootstrap does
-    assert result_signature(*args, decoded(beam_size=3), DRAWS) == greedy
+    assert result_signature(*args, dataclasses.replace(DECODE, beam_size=3), DRAWS) == greedy
     for changed in (result_signature(sig, "d" * 64, "m" * 64, DECODE, "bs:1000"),
                     result_signature(sig, "c" * 64, "n" * 64, DECODE, "bs:1000"),
-                    result_signature(*args, decoded(max_len=20), "bs:1000"),
+                    result_signature(*args, dataclasses.replace(DECODE, max_len=20), "bs:1000"),
                     result_signature(*args, DECODE, "bs:500")):
         assert changed != result_signature(*args, DECODE, "bs:1000")
 
 
 def test_guards_and_bookkeeping_keys_enter_no_training_contract(cfg: Config) -> None:
-    """Raising a guard must not move the checkpoint folder (a retrain from scratch)."""
-    from seqcore.training.distributed import checkpoint_folder_name  # noqa: PLC0415
-
+    # raising a guard must not move the checkpoint folder (a retrain from scratch)
     base = training_contract(cfg, CONTRACT)
     # every guard and bookkeeping key raised, params.yaml's values for every other key
-    merged = dataclasses.replace(cfg, data=dataclasses.replace(
-        cfg.data, sha256="", min_split_rows=7, max_target_share=0.9),
-        tokenizer=dataclasses.replace(cfg.tokenizer, max_unk_rate=0.05),
-        sequence=dataclasses.replace(cfg.sequence, max_drop_rate=0.2),
-        train=dataclasses.replace(cfg.train, max_consecutive_skips=3, log_every=7,
-                                  keep_last=9))
+    merged = edit(cfg, data={"sha256": "", "min_split_rows": 7, "max_target_share": 0.9},
+                  tokenizer={"max_unk_rate": 0.05}, sequence={"max_drop_rate": 0.2},
+                  train={"max_consecutive_skips": 3, "log_every": 7, "keep_last": 9})
     assert training_contract(merged, CONTRACT) == base
     assert checkpoint_folder_name(training_contract(merged, CONTRACT)) == \
         checkpoint_folder_name(base)
     assert not GUARD_KEYS & set(base)
-    assert not GUARD_KEYS & set(result_params(cfg)) and not NO_RESULT_KEYS & set(
-        result_params(cfg))
-
-
-def clipped_grads(tmp_path: Path, clip_norm: float) -> list[torch.Tensor]:
-    """The gradients one real training step leaves: 2 micro-batches, an enabled grad scaler
-    (fp16's, at 2**12), the given clip threshold."""
-    cfg = TrainConfig(amp="none", batch_size=2, accum_steps=2, bucket_width=100, schedule="constant",
-                      lr=1e-3, warmup_steps=0, threads=1, clip_norm=clip_norm)
-    loop = TrainLoop(tiny_model(enc_layers=1, dec_layers=1, max_len=16).train(), cfg,
-                     Seq2SeqFeed((examples(8, seed=7), []), IDS, SequenceConfig(), cfg),
-                     CheckpointDir(tmp_path / f"ck{clip_norm}", 1), {}, 16)
-    loop.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
-    loop.train_step()
-    return [p.grad for p in loop.model.parameters()]
-
-
-def test_derived_params_state_where_clipping_happens(cfg: Config, tmp_path: Path) -> None:
-    derived = derived_params(cfg)
-    assert derived["derived.clip.where"] == "after unscale, after all micro-batches of the step"
-    assert derived["derived.clip.norm"] == "global L2 over all parameters"
-    off = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, clip_norm=0.0))
-    assert derived_params(off)["derived.clip.norm"] == "off"
-    # What the record states is what the step does: the clipped gradient is the unscaled
-    # gradient of both micro-batches together, scaled to the threshold (clipping each
-    # micro-batch, or the scaled gradient, gives another direction or norm).
-    full = clipped_grads(tmp_path, 0.0)
-    norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in full])))
-    assert norm > 0.01
-    for got, want in zip(clipped_grads(tmp_path, 0.01), full, strict=True):
-        torch.testing.assert_close(got, want * (0.01 / norm), rtol=1e-3, atol=1e-9)
+    assert not (GUARD_KEYS | NO_RESULT_KEYS) & set(result_params(cfg))
 
 
 def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviour(
         cfg: Config) -> None:
-    """Checkpoints written before ``model.transformer.attention_kernel`` existed were trained
-    with ``auto``: at that value the key stays out of the contract so they still resume; any
-    other value is compared like every key."""
-    from seqcore.signature import ADDED_KEYS, training_contract  # noqa: PLC0415
-
+    # checkpoints written before model.transformer.attention_kernel existed were trained with
+    # `auto`: at that value the key stays out of the contract so they still resume; any other
+    # value is compared like every key. Those written before train.cpu_kernels (issue 49) ran
+    # the host's native kernels, before the dev decoding (issue 52) decoded nothing
     def kernel(name: str) -> Config:
-        return dataclasses.replace(cfg, model=dataclasses.replace(
-            cfg.model, transformer=dataclasses.replace(cfg.model.transformer,
-                                                       attention_kernel=name)))
+        return edit(cfg, model={"transformer": dataclasses.replace(cfg.model.transformer,
+                                                                   attention_kernel=name)})
 
-    # and those written before train.cpu_kernels (issue 49) ran the host's native kernels,
-    # before the dev decoding (issue 52) decoded nothing
     assert ADDED_KEYS == {"model.transformer.attention_kernel": "auto",
                           "train.cpu_kernels": "native", "train.dev_decode_words": 0,
                           "train.dev_decode_beam": 1, "train.mrt_steps": 0,
@@ -205,15 +162,9 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
     assert {k: v for k, v in math.items() if k in auto} == auto
 
 
-
-
 def test_the_data_signature_marks_how_max_pairs_cut_the_data(cfg: Config) -> None:
     # issue 55: a random sample of whole groups ("g", the pair tasks) is not the first N rows
-    from dataclasses import replace  # noqa: PLC0415
-
-    from seqcore.tasks import get_task  # noqa: PLC0415
-
-    small = replace(cfg, data=replace(cfg.data, max_pairs=400))
+    small = edit(cfg, data={"max_pairs": 400})
     split = parse_signature(data_signature(small, "0" * 64, "g"))["split"]
     assert split == f"{cfg.data.split_seed}-0.05-0.05-400g"
     assert parse_signature(data_signature(cfg, "0" * 64, "g"))["split"].endswith("-0")

@@ -10,9 +10,8 @@ from seqcore.contract import SpecialIds
 from seqcore.data.readers import read_pairs
 from seqcore.text import SPECIAL_PIECES, normalize
 from seqcore.tokenizer import (
-    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, TextContract, Tokenizer,
-    TokenizerSettings, check_special_ids, round_trip, train_sentencepiece,
-)
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, TextContract, Tokenizer, TokenizerSettings,
+    check_special_ids, round_trip, train_sentencepiece)
 
 SPECIAL_SPELLINGS = ["<s>", "</s>", "<pad>", "<unk>", "a<s>b", "<s></s>", "say <unk> now"]
 CORPUS = ["the cat sat", "a dog ran", "x<s>y and </s>", "<pad> or <unk>", "hello world",
@@ -28,8 +27,7 @@ def _train(tmp_path: Path, texts: list[str], model_type: str, vocab: int,
 @pytest.mark.parametrize("model_type, vocab", [("char", 40), ("bpe", 45), ("unigram", 40),
                                                ("word", 40)])
 def test_text_spelling_a_special_token_or_a_piece_is_ordinary_text(
-    tmp_path: Path, ids: SpecialIds, model_type: str, vocab: int
-) -> None:
+        tmp_path: Path, ids: SpecialIds, model_type: str, vocab: int) -> None:
     tok = _train(tmp_path, CORPUS + SPECIAL_SPELLINGS, model_type, vocab, ids)
     special = {ids.pad, ids.unk, ids.bos, ids.eos}
     # every piece's readable spelling too ("▁" is SentencePiece's space)
@@ -71,17 +69,15 @@ def test_pinned_special_ids_are_what_the_trained_model_holds(tmp_path: Path) -> 
 
 
 def test_every_training_row_round_trips_with_full_character_coverage(
-    tmp_path: Path, ids: SpecialIds
-) -> None:
+        tmp_path: Path, ids: SpecialIds) -> None:
     words = [f"{a}{b}{c}" for a in "abcdefg" for b in "hijk'" for c in "lmnop"]
     tok = _train(tmp_path, words, "char", 60, ids)
     report = round_trip(tok, words, [f"f:{i}" for i in range(len(words))])
     assert (report.rows, report.failed, report.examples) == (len(words), 0, [])
 
 
-def test_round_trip_reports_rows_that_hit_unknown_pieces_and_why(
-    tmp_path: Path, ids: SpecialIds
-) -> None:
+def test_round_trip_reports_rows_that_hit_unknown_pieces_and_why(tmp_path: Path,
+                                                                  ids: SpecialIds) -> None:
     texts = ["aa bb"] * 20 + ["aa zz", "bb yy", "aa zz"]
     tok = _train(tmp_path, texts, "word", 6, ids)  # room for 4 specials + "▁aa" + "▁bb" only
     assert tok.pieces()[4:] == ["\u2581aa", "\u2581bb"]

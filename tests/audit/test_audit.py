@@ -8,55 +8,54 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import mlflow
 import pytest
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 
 from pipeline.audit.cli import main as audit_main
+from pipeline.audit.core import audit
 from pipeline.audit.lock import dvc_md5
+from pipeline.audit.options import AuditOptions
+from pipeline.copy_run import CopyError, copy_run
 from pipeline.dvc_files import pipeline_stages
 from seqcore.audit import json_diffs, nonblank_lines, version_diffs
-from seqcore.signature import NO_RESULT_KEYS
-from seqcore.signature_format import inherited_diff
 from seqcore.blobs import load_blob, save_blob
 from seqcore.config import load_config
+from seqcore.signature import NO_RESULT_KEYS
+from seqcore.signature_format import inherited_diff
 from tests.factories import REPO
 from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, stage_python, tool_env
 
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
-SAMPLE = AUDIT_SAMPLE
 CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "fetch redone",
-          "prepare redone", "tokenizer redone", "baseline redone", "decode redone", "evaluate redone", "training record",
-          "training replay", "mlflow run", "environment", "package versions"]
+          "prepare redone", "tokenizer redone", "baseline redone", "decode redone",
+          "evaluate redone", "training record", "training replay", "mlflow run", "environment",
+          "package versions"]
 
 
-@pytest.fixture
-def result(audit_result: tuple[Path, str]) -> tuple[Path, str]:
-    return audit_result
+def copied(result: tuple[Path, str], tmp_path: Path) -> Path:
+    return shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
 
 
-def edit_json_line(path: Path, edit: Callable[[dict], None]) -> None:
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    row = json.loads(lines[0])
-    edit(row)
-    lines[0] = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
-    path.write_text("".join(lines), encoding="utf-8")
+def store(repo: Path, **search: object) -> tuple[mlflow.MlflowClient, list[Run]]:
+    """The repo's MLflow store and its runs of seqcore-g2p (``search`` as search_runs')."""
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seqcore-g2p").experiment_id
+    return client, client.search_runs([exp], **search)
 
 
 def edit_prediction(repo: Path) -> None:
     # A hypothesis set to its reference (or away from it) strictly changes the edit counts.
-    def change(row: dict) -> None:
-        row["hypothesis"] = (row["reference"] if row["hypothesis"] != row["reference"]
-                             else row["reference"] + " AH")
-    edit_json_line(repo / "predictions/test.jsonl", change)
-
-
-def swap_tokenizer(repo: Path) -> None:
-    shutil.copyfile(repo / "tokenizer/src.model", repo / "tokenizer/tgt.model")
+    path = repo / "predictions/test.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    row = json.loads(lines[0])
+    row["hypothesis"] = (row["reference"] if row["hypothesis"] != row["reference"]
+                         else row["reference"] + " AH")
+    lines[0] = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
 
 
 def change_params(repo: Path) -> None:
@@ -88,10 +87,8 @@ def edit_metric(repo: Path) -> None:
 def change_mlflow_param(repo: Path) -> None:
     # MLflow params are immutable, so the tampering is a newer run (the one the audit reads
     # by default) that copies the real run except for one param.
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("seqcore-g2p")
-    (real,) = client.search_runs([exp.experiment_id])
-    fake = client.create_run(exp.experiment_id, run_name=real.info.run_name).info.run_id
+    client, (real,) = store(repo)
+    fake = client.create_run(real.info.experiment_id, run_name=real.info.run_name).info.run_id
     params = [Param(k, v) for k, v in real.data.params.items() if k != "decode.beam_size"]
     params.append(Param("decode.beam_size", str(int(real.data.params["decode.beam_size"]) + 1)))
     for i in range(0, len(params), 100):
@@ -102,29 +99,25 @@ def change_mlflow_param(repo: Path) -> None:
     client.set_terminated(fake)
 
 
+LOCKED = {"dvc.lock hashes and params", "dvc status"}
 TAMPERING = {
-    "edit a prediction": (edit_prediction, {"dvc.lock hashes and params", "dvc status",
-                                            "evaluate redone", "decode redone"}),
-    "swap the tokenizer": (swap_tokenizer, {"dvc.lock hashes and params", "dvc status",
-                                            "contract", "tokenizer redone"}),
-    "change params without reproducing": (change_params, {
-        "dvc.lock hashes and params", "dvc status", "contract", "mlflow run"}),
-    "edit the data": (edit_data, {"dvc.lock hashes and params", "dvc status", "contract",
-                                  "prepare redone"}),
-    "replace the checkpoint": (replace_checkpoint, {"dvc.lock hashes and params", "dvc status",
-                                                    "contract", "mlflow run",
-                                                    "training record"}),
-    "edit a metric": (edit_metric, {"dvc.lock hashes and params", "dvc status",
-                                    "evaluate redone", "mlflow run"}),
+    "edit a prediction": (edit_prediction, LOCKED | {"evaluate redone", "decode redone"}),
+    "swap the tokenizer": (
+        lambda repo: shutil.copyfile(repo / "tokenizer/src.model", repo / "tokenizer/tgt.model"),
+        LOCKED | {"contract", "tokenizer redone"}),
+    "change params without reproducing": (change_params, LOCKED | {"contract", "mlflow run"}),
+    "edit the data": (edit_data, LOCKED | {"contract", "prepare redone"}),
+    "replace the checkpoint": (replace_checkpoint,
+                               LOCKED | {"contract", "mlflow run", "training record"}),
+    "edit a metric": (edit_metric, LOCKED | {"evaluate redone", "mlflow run"}),
     "change an MLflow param": (change_mlflow_param, {"mlflow run"}),
 }
 
 
 @pytest.mark.slow
-def test_untampered_result_passes_every_check(result: tuple[Path, str], tmp_path: Path,
+def test_untampered_result_passes_every_check(audit_result: tuple[Path, str], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
-    report = run_audit(repo, monkeypatch, replay=3)
+    report = run_audit(copied(audit_result, tmp_path), monkeypatch, replay=3)
     assert report.ok, report.render()
     assert list(report.checks) == CHECKS
     assert set(report.status.values()) <= {"ok", "WARNING"}
@@ -132,13 +125,12 @@ def test_untampered_result_passes_every_check(result: tuple[Path, str], tmp_path
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(TAMPERING))
-def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: Path,
+def test_audit_catches_tampering(kind: str, audit_result: tuple[Path, str], tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     tamper, expected = TAMPERING[kind]
-    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    repo = copied(audit_result, tmp_path)
     tamper(repo)
-    # "at least these checks fail" needs only those checks; "only the MLflow check fails"
-    # needs them all
+    # "at least these checks fail" needs only those; "only the MLflow check fails" needs all
     whole = kind == "change an MLflow param"
     report = run_audit(repo, monkeypatch,
                        only=() if whole else tuple(c for c in CHECKS if c in expected))
@@ -151,9 +143,9 @@ def test_audit_catches_tampering(kind: str, result: tuple[Path, str], tmp_path: 
 
 @pytest.mark.slow
 def test_only_runs_the_named_checks_and_the_verdict_names_them(
-        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture) -> None:
-    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    repo = copied(audit_result, tmp_path)
     edit_metric(repo)  # caught by "evaluate redone" and "mlflow run", not by "counts"
     report = run_audit(repo, monkeypatch, only=("counts", "mlflow run"))
     assert list(report.checks) == ["counts", "mlflow run"]
@@ -179,8 +171,8 @@ def test_only_with_an_unknown_check_stops_in_one_line_naming_the_choices(
 
 @pytest.mark.slow
 def test_every_stage_prints_the_signature_of_what_its_outputs_depend_on(
-        result: tuple[Path, str]) -> None:
-    repo, output = result
+        audit_result: tuple[Path, str]) -> None:
+    repo, output = audit_result
     results = json.loads((repo / "reports/results.json").read_text())
     tokenizer = json.loads((repo / "tokenizer/contract.json").read_text())["signature"]
     assert f"[tokenizer] contract: {tokenizer}" in output
@@ -199,8 +191,8 @@ def test_every_stage_prints_the_signature_of_what_its_outputs_depend_on(
 
 @pytest.mark.slow
 def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
-        result: tuple[Path, str], tmp_path: Path) -> None:
-    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+        audit_result: tuple[Path, str], tmp_path: Path) -> None:
+    repo = copied(audit_result, tmp_path)
     header = repo / "predictions/test.header.json"
     data = json.loads(header.read_text())
     data["signature"] = data["signature"].replace("maxtgt:32", "maxtgt:31")
@@ -214,18 +206,17 @@ def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
 
 
 @pytest.mark.slow
-def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
+def test_the_mlflow_run_records_the_whole_contract(audit_result: tuple[Path, str],
                                                    tmp_path: Path) -> None:
-    repo = result[0]
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+    repo = audit_result[0]
+    client, (run,) = store(repo)
     params, tags = run.data.params, run.data.tags
-    for key in ("data.raw.sha256", "data.prepared.sha256.test", "tokenizer.contract.special_ids.eos",
-                "sequence.max_tgt_len", "sequence.overlong", "derived.eos", "train.bucket_width",
-                "train.batch_size", "train.seed", "train.ss_schedule", "derived.bptt",
-                "train.clip_norm", "derived.clip.where", "train.amp", "train.optimizer",
-                "train.schedule", "train.select", "decode.strategy", "decode.max_len",
-                "evaluate.bucket_edges", "contract.signature"):
+    for key in ("data.raw.sha256", "data.prepared.sha256.test",
+                "tokenizer.contract.special_ids.eos", "sequence.max_tgt_len", "sequence.overlong",
+                "derived.eos", "train.bucket_width", "train.batch_size", "train.seed",
+                "train.ss_schedule", "derived.bptt", "train.clip_norm", "derived.clip.where",
+                "train.amp", "train.optimizer", "train.schedule", "train.select",
+                "decode.strategy", "decode.max_len", "evaluate.bucket_edges", "contract.signature"):
         assert key in params, key
     assert tags["contract.signature"] == params["contract.signature"]
     # guards and bookkeeping keys change no number: no param of the run (issue 34)
@@ -252,15 +243,15 @@ def test_the_mlflow_run_records_the_whole_contract(result: tuple[Path, str],
     sample = mlflow.artifacts.download_artifacts(
         run_id=run.info.run_id, artifact_path="predictions/test.sample.jsonl",
         dst_path=str(tmp_path), tracking_uri=client.tracking_uri)
-    expected = (repo / "predictions/test.jsonl").read_text().splitlines(keepends=True)[:SAMPLE]
-    assert Path(sample).read_text() == "".join(expected)
+    expected = (repo / "predictions/test.jsonl").read_text().splitlines(keepends=True)
+    assert Path(sample).read_text() == "".join(expected[:AUDIT_SAMPLE])
     top = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"params.yaml", "dvc.lock", "contract", "reports"} <= top
 
 
 @pytest.mark.slow
-def test_directory_md5_is_the_one_dvc_records(result: tuple[Path, str]) -> None:
-    repo = result[0]
+def test_directory_md5_is_the_one_dvc_records(audit_result: tuple[Path, str]) -> None:
+    repo = audit_result[0]
     lock = (repo / "dvc.lock").read_text()
     for rel in ("data/prepared", "tokenizer", "predictions"):
         assert f"md5: {dvc_md5(repo / rel)}" in lock, rel
@@ -301,16 +292,14 @@ def test_nonblank_lines_count_records_not_blank_lines(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
-        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = copy_result(result[0], tmp_path / "copy")  # the experiment's run logs into the copy
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = copy_result(audit_result[0], tmp_path / "copy")  # the experiment logs into the copy
     res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "exp", "run", "-S",
                           "decode.beam_size=6"], cwd=repo, env=tool_env(), capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert {s for s in STAGES if f"Running stage '{s}'" in res.stdout} == {"decode", "evaluate"}
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id],
-                              order_by=["attributes.start_time DESC"])
+    _, runs = store(repo, order_by=["attributes.start_time DESC"])
     committed = load_config(REPO / "params.yaml").decode.beam_size
     assert [r.data.params["decode.beam_size"] for r in runs] == ["6", str(committed)]
     name = runs[0].data.tags["dvc.exp.name"]
@@ -320,9 +309,9 @@ def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
 
 @pytest.mark.slow
 def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
-        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Another login name (getpass reads these), in another folder than the result's.
-    repo = shutil.copytree(result[0], tmp_path / "colleague" / "copy", symlinks=True)
+    repo = shutil.copytree(audit_result[0], tmp_path / "colleague" / "copy", symlinks=True)
     for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.setenv(var, "a-colleague")
     report = run_audit(repo, monkeypatch, only=("mlflow run",))
@@ -331,23 +320,16 @@ def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
 
 @pytest.mark.slow
 def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
-        result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 30: with the result already local, `dvc repro` sends nothing to a team server.
-    from pipeline.audit.core import audit  # noqa: PLC0415
-    from pipeline.audit.options import AuditOptions  # noqa: PLC0415
-    from pipeline.copy_run import CopyError, copy_run  # noqa: PLC0415
-
-    repo = shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+    repo = copied(audit_result, tmp_path)
     (tmp_path / "team").mkdir()
     target = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
     res = subprocess.run([stage_python(), "-m", "pipeline.copy_run", "--to", target], cwd=repo,
                          env=tool_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    source = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    src = source.search_runs([source.get_experiment_by_name("seqcore-g2p").experiment_id],
-                             order_by=["attributes.start_time DESC"], max_results=1)[0]
-    team = mlflow.MlflowClient(target)
-    (dst,) = team.search_runs([team.get_experiment_by_name("seqcore-g2p").experiment_id])
+    source, (src,) = store(repo, order_by=["attributes.start_time DESC"], max_results=1)
+    team, (dst,) = store(tmp_path / "team")
     assert f"as run {dst.info.run_id}" in res.stdout
     assert (dst.info.run_name, dst.data.params, dst.data.metrics) == (
         src.info.run_name, src.data.params, src.data.metrics)

@@ -1,14 +1,11 @@
-"""The audit's comparators see a one-byte forgery: two equal versions give no difference, a
-one-byte (one-cell, one-value, one-element) difference gives exactly one line naming the file,
-the place and both sides, and only the declared ignored fields are ignored.
+"""The audit's comparators see a one-byte forgery: equal versions give no difference, a
+one-byte (cell, value, element) difference gives one line naming the file, the place and both
+sides, and only the declared ignored fields are ignored. A comparator calling everything equal
+would pass every forgery, so each relation sits beside its exact line, written out by hand."""
 
-A comparator that calls everything equal would pass every forgery, so each relation ("equal
-gives nothing") sits beside a known answer: the exact line, written out by hand.
-"""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import math
 import shutil
@@ -33,18 +30,8 @@ from seqcore.artifacts.run_record import RunRecord
 from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.audit import (
-    MISMATCH,
-    NOT_RUN,
-    OK,
-    WARNING,
-    AuditReport,
-    lock_param_diffs,
-    lookup,
-    number_diffs,
-    same_value_diffs,
-    stage_out_diffs,
-    tokenizer_file_diffs,
-)
+    MISMATCH, NOT_RUN, OK, WARNING, AuditReport, lock_param_diffs, lookup, number_diffs,
+    same_value_diffs, stage_out_diffs, tokenizer_file_diffs)
 from seqcore.compare import first_difference, path_differences
 from seqcore.config import Config, config_from_dict
 from tests.factories import CONTRACT, whole_checkpoint
@@ -81,34 +68,25 @@ VOCAB, VOCAB_FORGED = b"<pad>\x00<unk>\nab\n", b"<pad>\x00<unk>\nac\n"  # "b" is
 
 # (name, file version, recomputed version, the one expected line): each recomputed version
 # differs from the file in one byte, one character, one cell or one value.
+JSONL = (b'{"id": "1", "hyp": "AY DH ER"}\n{"id": "2", "hyp": "D AO G"}\n'
+         b'{"id": "3", "hyp": "K AE T"}\n')
 ONE_DIFFERENCE = [
-    ("reports/metrics.json",
-     b'{"wer": 0.25, "by_split": {"test": {"per": 0.125, "n": 24}}}\n',
+    ("reports/metrics.json", b'{"wer": 0.25, "by_split": {"test": {"per": 0.125, "n": 24}}}\n',
      b'{"wer": 0.25, "by_split": {"test": {"per": 0.125, "n": 25}}}\n',
      "reports/metrics.json: field by_split.test.n: file has 24, recomputed has 25"),
-    ("data/prepared/ids.json",
-     b'[["cat", 1], ["dog", 2]]\n',
-     b'[["cat", 1], ["dog", 3]]\n',
+    ("data/prepared/ids.json", b'[["cat", 1], ["dog", 2]]\n', b'[["cat", 1], ["dog", 3]]\n',
      'data/prepared/ids.json: field (value): file has [["cat", 1], ["dog", 2]], '
      'recomputed has [["cat", 1], ["dog", 3]]'),
-    ("predictions/test.jsonl",
-     b'{"id": "1", "hyp": "AY DH ER"}\n{"id": "2", "hyp": "D AO G"}\n'
-     b'{"id": "3", "hyp": "K AE T"}\n',
-     b'{"id": "1", "hyp": "AY DH ER"}\n{"id": "2", "hyp": "D AO G"}\n'
-     b'{"id": "3", "hyp": "K AE D"}\n',
+    ("predictions/test.jsonl", JSONL, JSONL.replace(b"K AE T", b"K AE D"),
      'predictions/test.jsonl: line 3: field hyp: file has "K AE T", recomputed has "K AE D"'),
-    ("reports/data_rejects.tsv",
-     b"id\tword\tphonemes\n1\tdog\tD AO G\n2\tcat\tK AE T\n",
+    ("reports/data_rejects.tsv", b"id\tword\tphonemes\n1\tdog\tD AO G\n2\tcat\tK AE T\n",
      b"id\tword\tphonemes\n1\tdog\tD AO G\n2\tcat\tK AE D\n",
      'reports/data_rejects.tsv: line 3: column phonemes: file has "K AE T", '
      'recomputed has "K AE D"'),
-    ("reports/buckets.csv",
-     b"bucket,sequences,wer\n1-4,10,0.25\n5-8,12,0.125\n",
+    ("reports/buckets.csv", b"bucket,sequences,wer\n1-4,10,0.25\n5-8,12,0.125\n",
      b"bucket,sequences,wer\n1-4,10,0.25\n5-8,13,0.125\n",
      'reports/buckets.csv: line 3: column sequences: file has "12", recomputed has "13"'),
-    ("reports/report.md",
-     b"# Report\nWER 0.25\n",
-     b"# Report\nWER 0.26\n",
+    ("reports/report.md", b"# Report\nWER 0.25\n", b"# Report\nWER 0.26\n",
      'reports/report.md: line 2: file has "WER 0.25", recomputed has "WER 0.26"'),
     ("reports/plots/loss.png", PLOT, PLOT_FORGED,
      f"reports/plots/loss.png: bytes differ from offset 19: file sha256 {sha(PLOT)} "
@@ -125,15 +103,10 @@ KINDS = [Path(name).suffix for name, *_ in ONE_DIFFERENCE]
 
 
 @pytest.mark.parametrize(("name", "left", "right", "line"), ONE_DIFFERENCE, ids=KINDS)
-def test_two_identical_files_of_every_kind_give_no_difference(name: str, left: bytes,
-                                                              right: bytes, line: str) -> None:
+def test_a_file_equals_its_copy_and_a_one_byte_difference_is_one_line_naming_place_and_sides(
+        name: str, left: bytes, right: bytes, line: str) -> None:
     assert first_difference(name, SIDES, left, bytes(left)) == []
     assert first_difference(name, SIDES, right, bytes(right)) == []
-
-
-@pytest.mark.parametrize(("name", "left", "right", "line"), ONE_DIFFERENCE, ids=KINDS)
-def test_a_one_byte_difference_is_one_line_naming_the_file_the_place_and_both_sides(
-        name: str, left: bytes, right: bytes, line: str) -> None:
     assert first_difference(name, SIDES, left, right) == [line]
 
 
@@ -154,9 +127,21 @@ TREE = {"test.jsonl": b'{"id": "1", "hyp": "K AE T"}\n',
         "header.json": b'{"n": 2}\n'}
 
 
-def test_two_identical_folders_give_no_difference(tmp_path: Path) -> None:
-    a, b = write_tree(tmp_path / "a", TREE), write_tree(tmp_path / "b", TREE)
-    assert path_differences("predictions", SIDES, a, b) == []
+@pytest.mark.parametrize(("changed", "want"), [
+    ({}, []),
+    ({"sub/rows.tsv": b"id\thyp\n1\tK AE T\n2\tD AO D\n"},
+     ['predictions/sub/rows.tsv: line 3: column hyp: file has "D AO G", recomputed has "D AO D"']),
+    ({"__pycache__/x.pyc": b"\0"}, []),
+    ({"__pycache__/x.pyc": b"\0", "header.json": b'{"n": 3}\n'},
+     ["predictions/header.json: field n: file has 2, recomputed has 3"]),
+], ids=["test_two_identical_folders_give_no_difference",
+        "test_a_file_of_a_folder_is_compared_by_its_own_kind_and_named_by_its_path",
+        "test_ignored_folder_entries_are_ignored_and_a_difference_beside_them_is_not",
+        "a-difference-beside-ignored-entries"])
+def test_each_file_of_a_folder_is_compared_by_its_kind_save_the_ignored_entries(
+        changed: dict[str, bytes], want: list[str], tmp_path: Path) -> None:
+    a, b = write_tree(tmp_path / "a", TREE), write_tree(tmp_path / "b", TREE | changed)
+    assert path_differences("predictions", SIDES, a, b) == want
 
 
 def test_a_folder_with_one_extra_file_is_one_line_naming_it_and_its_side(tmp_path: Path) -> None:
@@ -166,26 +151,6 @@ def test_a_folder_with_one_extra_file_is_one_line_naming_it_and_its_side(tmp_pat
         "predictions/sub/extra.txt: only in recomputed"]
     assert path_differences("predictions", SIDES, b, a) == [
         "predictions/sub/extra.txt: only in file"]
-
-
-def test_a_file_of_a_folder_is_compared_by_its_own_kind_and_named_by_its_path(
-        tmp_path: Path) -> None:
-    a = write_tree(tmp_path / "a", TREE)
-    b = write_tree(tmp_path / "b", TREE | {"sub/rows.tsv": b"id\thyp\n1\tK AE T\n2\tD AO D\n"})
-    assert path_differences("predictions", SIDES, a, b) == [
-        'predictions/sub/rows.tsv: line 3: column hyp: file has "D AO G", recomputed has '
-        '"D AO D"']
-
-
-def test_ignored_folder_entries_are_ignored_and_a_difference_beside_them_is_not(
-        tmp_path: Path) -> None:
-    a = write_tree(tmp_path / "a", TREE)
-    b = write_tree(tmp_path / "b", TREE | {"__pycache__/x.pyc": b"\0"})
-    assert path_differences("predictions", SIDES, a, b) == []
-    c = write_tree(tmp_path / "c", TREE | {"__pycache__/x.pyc": b"\0",
-                                            "header.json": b'{"n": 3}\n'})
-    assert path_differences("predictions", SIDES, a, c) == [
-        "predictions/header.json: field n: file has 2, recomputed has 3"]
 
 
 def test_a_missing_side_is_one_line_naming_it(tmp_path: Path) -> None:
@@ -199,35 +164,37 @@ def test_a_missing_side_is_one_line_naming_it(tmp_path: Path) -> None:
 HISTORY = [StepLog(1, 0, 0.5, 2.5, 10, 1.0, 0, float("nan"), 0.0),
            StepLog(2, 0, 0.25, 1.25, 12, 0.5, 0, 1.75, 0.0)]
 STATE = {"step": 2, "tokens": 22, "skipped": 0, "consecutive_skips": 0, "best_dev": 1.75,
-         "best_step": 2, "select": "last"}  # a checkpoint's counters, as TrainLoop writes them
+         "best_step": 2, "select": "last"}  # a checkpoint's counters, as the loop writes them
 COUNTERS = TrainMetrics(steps=2, tokens=22, skipped_steps=0, best_step=2, best_dev_nll=1.75,
                         final_loss=1.25, selected_step=2)
 META = ModelMeta("sig", step=2, select="last", selected_step=2, best_step=2, best_dev_nll=1.75,
                  training_contract={})
 
 
-def weights() -> dict[str, torch.Tensor]:
-    return {"encoder.embed.weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+def weights(at_1_0: float = 3.0) -> dict[str, torch.Tensor]:
+    return {"encoder.embed.weight": torch.tensor([[1.0, 2.0], [at_1_0, 4.0]]),
             "decoder.out.bias": torch.tensor([0.5, -0.5])}
 
 
 @dataclass
 class TrainingRecord:
-    """A finished two-step training run's files, each written as the train stage writes it."""
+    """A finished two-step run's files, each written as the train stage writes it."""
 
     cfg: Config
     checkpoint: Path
 
+    def diffs(self, meta: ModelMeta = META) -> list[str]:
+        return training_diffs(self.cfg, meta, self.checkpoint.parent)
+
 
 def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
-                    log: list[StepLog] | None = None,
-                    counters: TrainMetrics = COUNTERS) -> TrainingRecord:
-    paths = {k: str(tmp / v) for k, v in (("model", "model.pt"), ("train_log", "train_log.csv"),
-                                           ("train_metrics", "train_metrics.json"),
-                                           ("results", "results.json"))}
-    cfg = config_from_dict({"paths": paths})
+                    log: list[StepLog] | None = None, counters: TrainMetrics = COUNTERS,
+                    history: list[StepLog] = HISTORY) -> TrainingRecord:
+    cfg = config_from_dict({"paths": {k: str(tmp / f"{k}{ext}") for k, ext in (
+        ("model", ".pt"), ("train_log", ".csv"), ("train_metrics", ".json"),
+        ("results", ".json"))}})
     ckpt = tmp / "checkpoints" / "ckpt-00000002.pt"
-    whole_checkpoint(state=STATE, history=[r.row() for r in HISTORY], model=weights()).save(ckpt)
+    whole_checkpoint(state=STATE, history=[r.row() for r in history], model=weights()).save(ckpt)
     Results({"checkpoints": str(ckpt.parent)}).save(cfg.paths.results)
     TrainLog(tuple(log or HISTORY)).save(cfg.paths.train_log)
     counters.save(cfg.paths.train_metrics)
@@ -235,45 +202,26 @@ def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
     return TrainingRecord(cfg, ckpt)
 
 
-def record_args(rec: TrainingRecord) -> tuple[Config, ModelMeta, Path]:
-    """training_diffs' arguments for a record: its config, the model meta, its folder."""
-    return rec.cfg, META, rec.checkpoint.parent
-
-
-def test_a_training_record_that_matches_its_checkpoint_gives_no_difference(
-        tmp_path: Path) -> None:
-    assert training_diffs(*record_args(training_record(tmp_path))) == []
-
-
-def test_model_weights_differing_in_one_element_are_one_line_naming_both_files_and_the_tensor(
-        tmp_path: Path) -> None:
-    forged = weights()
-    w = forged["encoder.embed.weight"]
-    w[1, 0] = torch.nextafter(w[1, 0], torch.tensor(4.0))  # 3.0 plus one ulp
-    rec = training_record(tmp_path, model=forged)
-    assert training_diffs(*record_args(rec)) == [
+@pytest.mark.parametrize(("forged", "want"), [
+    ({}, lambda rec: []),
+    ({"model": weights(float(torch.nextafter(torch.tensor(3.0), torch.tensor(4.0))))},
+     lambda rec: [  # 3.0 plus one ulp
         f"model weights: file {rec.cfg.paths.model} and checkpoint {rec.checkpoint} differ "
-        "(first tensor encoder.embed.weight)"]
-
-
-def test_a_train_log_cell_differing_from_the_checkpoint_history_is_one_line_naming_it(
-        tmp_path: Path) -> None:
-    forged = [HISTORY[0], StepLog(2, 0, 0.25, 1.5, 12, 0.5, 0, 1.75, 0.0)]  # loss 1.25 -> 1.5
-    rec = training_record(tmp_path, log=forged)
-    log = rec.cfg.paths.train_log
-    assert training_diffs(*record_args(rec)) == [
-        f"{log}: line 3, column loss: file {log} has '1.5', checkpoint {rec.checkpoint} "
-        "has '1.25'"]
-
-
-def test_a_train_metrics_counter_differing_from_the_checkpoint_is_one_line_naming_it(
-        tmp_path: Path) -> None:
-    forged = TrainMetrics(steps=2, tokens=23, skipped_steps=0, best_step=2, best_dev_nll=1.75,
-                          final_loss=1.25, selected_step=2)
-    rec = training_record(tmp_path, counters=forged)
-    assert training_diffs(*record_args(rec)) == [
+        "(first tensor encoder.embed.weight)"]),
+    ({"log": [HISTORY[0], replace(HISTORY[1], loss=1.5)]}, lambda rec: [  # loss 1.25 -> 1.5
+        f"{rec.cfg.paths.train_log}: line 3, column loss: file {rec.cfg.paths.train_log} has "
+        f"'1.5', checkpoint {rec.checkpoint} has '1.25'"]),
+    ({"counters": replace(COUNTERS, tokens=23)}, lambda rec: [
         f"{rec.cfg.paths.train_metrics}: field tokens: file has 23, checkpoints and model file "
-        "give 22"]
+        "give 22"]),
+], ids=["test_a_training_record_that_matches_its_checkpoint_gives_no_difference",
+        "test_model_weights_differing_in_one_element_are_one_line_naming_both_files_and_the_tensor",
+        "test_a_train_log_cell_differing_from_the_checkpoint_history_is_one_line_naming_it",
+        "test_a_train_metrics_counter_differing_from_the_checkpoint_is_one_line_naming_it"])
+def test_a_training_file_differing_from_its_checkpoint_is_one_line_naming_both_and_the_place(
+        forged: dict, want: Callable[[TrainingRecord], list[str]], tmp_path: Path) -> None:
+    rec = training_record(tmp_path, **forged)
+    assert rec.diffs() == want(rec)
 
 
 def test_dev_decoding_figures_and_a_wer_selection_are_checked_against_the_checkpoint(
@@ -284,17 +232,14 @@ def test_dev_decoding_figures_and_a_wer_selection_are_checked_against_the_checkp
                replace(HISTORY[1], dev_wer=0.5, dev_per=0.2, dev_exact_multi_ref=0.5)]
     counters = replace(COUNTERS, best_dev_wer=0.5, best_dev_wer_step=2, selected_dev_wer=0.5,
                        selected_dev_per=0.2)
-    rec = training_record(tmp_path, log=decoded, counters=counters)
-    whole_checkpoint(state=STATE, history=[r.row() for r in decoded],
-                     model=weights()).save(rec.checkpoint)
-    assert training_diffs(*record_args(rec)) == []
+    rec = training_record(tmp_path, log=decoded, counters=counters, history=decoded)
+    assert rec.diffs() == []
     tm = rec.cfg.paths.train_metrics
     replace(counters, best_dev_wer_step=1).save(tm)  # step 1 has no dev NLL: not a candidate
-    assert training_diffs(*record_args(rec)) == [
+    assert rec.diffs() == [
         f"{tm}: field best_dev_wer_step: file has 1, checkpoint {rec.checkpoint} gives 2"]
     counters.save(tm)
-    wer_meta = replace(META, select="best_dev_wer", selected_step=1)
-    diffs = training_diffs(rec.cfg, wer_meta, rec.checkpoint.parent)
+    diffs = rec.diffs(replace(META, select="best_dev_wer", selected_step=1))
     assert (f"model file meta: selected step 1, but checkpoint {rec.checkpoint} chooses step 2 "
             "under train.select best_dev_wer") in diffs
 
@@ -324,9 +269,8 @@ RECORD = RunRecord(
 
 @dataclass
 class LoggedRun:
-    """What an MLflow store holds for RECORD, written out by hand: params as text, the last
-    value of each step metric beside the final metrics, each history, every tag (MLflow's own
-    included) and the artifact bytes."""
+    """What an MLflow store holds for RECORD, by hand: params as text, each step metric's last
+    value beside the final metrics, each history, every tag and the artifact bytes."""
 
     params: dict[str, str] = field(default_factory=lambda: {
         "train.lr": "0.001", "model.family": "transformer", "decode.beam_size": "5"})
@@ -346,8 +290,8 @@ class LoggedRun:
 
 
 def audit_run(logged: LoggedRun, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """``logged`` written into a real (sqlite) MLflow store, then compared with RECORD by the
-    audit; the run's random id reads as RUN_ID in the returned lines."""
+    """The audit's lines comparing ``logged``, in a real sqlite store, with RECORD (RUN_ID
+    for the random run id)."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     uri = f"sqlite:///{shutil.copyfile(empty_mlflow_store(), tmp / 'mlflow.db')}"
     client = mlflow.MlflowClient(uri)
@@ -372,113 +316,98 @@ def audit_run(logged: LoggedRun, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> 
     cfg = config_from_dict({"paths": {"mlflow_pending": str(tmp / "pending.json")},
                             "mlflow": {"tracking_uri": uri}})
     (tmp / "dvc.lock").write_text(LOCK)
-    diffs = mlflow_diffs(uri, cfg, client.get_run(run_id), RECORD,
-                         read_yaml12(tmp / "dvc.lock"))
+    diffs = mlflow_diffs(uri, cfg, client.get_run(run_id), RECORD, read_yaml12(tmp / "dvc.lock"))
     return [d.replace(run_id, RUN_ID) for d in diffs]
-
-
-def test_a_run_logged_as_recorded_gives_no_difference(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    assert audit_run(LoggedRun(), tmp_path, monkeypatch) == []
 
 
 def _set(mapping: str, key: str, value: object) -> Callable[[LoggedRun], None]:
     return lambda run: getattr(run, mapping).__setitem__(key, value)
 
 
+def logged_lock(old: str, new: str) -> Callable[[LoggedRun], None]:
+    """The run's dvc.lock artifact with ``old`` replaced by ``new``, and its sha256 tag."""
+    def edit(run: LoggedRun) -> None:
+        run.artifacts["dvc.lock"] = LOCK.replace(old, new).encode()
+        run.tags["dvc.lock.sha256"] = sha(run.artifacts["dvc.lock"])
+    return edit
+
+
 FORGED_PREDICTIONS = "id\thyp\n1\tK AE T\n2\tD AO D\n".encode()
-ONE_RUN_DIFFERENCE = [
+# Not compared: the environment, MLflow's own tags, the dvc experiment's name and an audit's
+# verdict written later (`pipeline.audit --run`, issue 33).
+IGNORED_TAGS = {"env.python": "3.11.10", "mlflow.user": "someone-else", "dvc.exp.name": "exp-1",
+                "audit.status": "passed", "audit.checks": "mlflow run: ok"}
+OLD_LOCK = "test_the_logged_dvc_lock_is_compared_on_the_stages_before_evaluate_only"
+RUN_DIFFERENCES = [
+    ("test_a_run_logged_as_recorded_gives_no_difference", lambda run: None, []),
     ("param", _set("params", "train.lr", "0.002"),
-     "run r1 param: train.lr: pipeline record has '0.001', mlflow run has '0.002'"),
+     ["run r1 param: train.lr: pipeline record has '0.001', mlflow run has '0.002'"]),
     ("extra-param", _set("params", "train.seed", "1"),
-     "run r1 param train.seed: mlflow run has '1', not in the current contract"),
+     ["run r1 param train.seed: mlflow run has '1', not in the current contract"]),
     ("metric", _set("metrics", "per", 0.126),
-     "run r1 metric: per: pipeline record has 0.125, mlflow run has 0.126"),
+     ["run r1 metric: per: pipeline record has 0.125, mlflow run has 0.126"]),
     ("extra-metric", _set("metrics", "bleu", 0.5),
-     "run r1 metric bleu: mlflow run has 0.5, the pipeline logs no such metric"),
+     ["run r1 metric bleu: mlflow run has 0.5, the pipeline logs no such metric"]),
     ("step-history", _set("history", "train.loss", [(1, 2.5), (2, 1.5)]),
-     "run r1 step metric train.loss: entry 2 (step, value): mlflow run has (2, 1.5), "
-     "train log has (2, 1.25) (2 vs 2 entries)"),
+     ["run r1 step metric train.loss: entry 2 (step, value): mlflow run has (2, 1.5), "
+      "train log has (2, 1.25) (2 vs 2 entries)"]),
     ("tag", _set("tags", "contract.signature", "g2p|data:ac|v:1"),
-     "run r1 tag contract.signature: mlflow run has 'g2p|data:ac|v:1', pipeline record has "
-     "'g2p|data:ab|v:1'"),
+     ["run r1 tag contract.signature: mlflow run has 'g2p|data:ac|v:1', pipeline record has "
+      "'g2p|data:ab|v:1'"]),
     ("run-name", _set("tags", "mlflow.runName", "g2p-ab12cd35"),
-     "run r1 tag mlflow.runName: mlflow run has 'g2p-ab12cd35', pipeline record has "
-     "'g2p-ab12cd34'"),
+     ["run r1 tag mlflow.runName: mlflow run has 'g2p-ab12cd35', pipeline record has "
+      "'g2p-ab12cd34'"]),
     ("tsv-artifact", _set("artifacts", "predictions/test.tsv", FORGED_PREDICTIONS),
-     'run r1 artifact predictions/test.tsv: line 3: column hyp: mlflow run has "D AO D", '
-     'file has "D AO G"'),
+     ['run r1 artifact predictions/test.tsv: line 3: column hyp: mlflow run has "D AO D", '
+      'file has "D AO G"']),
     ("png-artifact", _set("artifacts", "plots/loss.png", PLOT_FORGED),
-     f"run r1 artifact plots/loss.png: bytes differ from offset 19: mlflow run sha256 "
-     f"{sha(PLOT_FORGED)} ({len(PLOT_FORGED)} bytes), file sha256 {sha(PLOT)} ({len(PLOT)} bytes)"),
+     [f"run r1 artifact plots/loss.png: bytes differ from offset 19: mlflow run sha256 "
+      f"{sha(PLOT_FORGED)} ({len(PLOT_FORGED)} bytes), file sha256 {sha(PLOT)} "
+      f"({len(PLOT)} bytes)"]),
     ("extra-artifact", _set("artifacts", "notes.txt", b"x\n"),
-     "run r1 artifact notes.txt: mlflow run has it, the pipeline logs no such file"),
+     ["run r1 artifact notes.txt: mlflow run has it, the pipeline logs no such file"]),
     # issue 29: the Datasets column, tied to DVC's md5 of each prepared split
     ("dataset-digest", lambda run: run.datasets[0].__setitem__("digest", "f" * 32),
-     f"run r1 dataset cmudict-train: digest: mlflow run has '{'f' * 32}', pipeline record "
-     f"has '{'0' * 32}'"),
+     [f"run r1 dataset cmudict-train: digest: mlflow run has '{'f' * 32}', pipeline record "
+      f"has '{'0' * 32}'"]),
     ("dataset-missing", lambda run: run.datasets.pop(),
-     f"run r1 dataset cmudict-test: pipeline record has it (digest {'1' * 32}), mlflow run "
-     "has nothing"),
+     [f"run r1 dataset cmudict-test: pipeline record has it (digest {'1' * 32}), mlflow run "
+      "has nothing"]),
     ("dataset-context", lambda run: run.datasets[1].__setitem__("context", "training"),
-     "run r1 dataset cmudict-test: context: mlflow run has 'training', pipeline record has "
-     "'testing'"),
+     ["run r1 dataset cmudict-test: context: mlflow run has 'training', pipeline record has "
+      "'testing'"]),
+    ("test_environment_and_mlflow_own_tags_are_ignored_and_a_tag_beside_them_is_not",
+     lambda run: run.tags.update(IGNORED_TAGS), []),
+    ("a-tag-beside-ignored-tags",
+     lambda run: run.tags.update(IGNORED_TAGS | {"contract.signature": "g2p|data:ab|v:2"}),
+     ["run r1 tag contract.signature: mlflow run has 'g2p|data:ab|v:2', pipeline record has "
+      "'g2p|data:ab|v:1'"]),
+    # the run logs (and tags the sha256 of) dvc.lock as evaluate saw it, before its own entry:
+    # evaluate's entry is not compared, an upstream stage's is
+    (f"{OLD_LOCK}-evaluate-entry", logged_lock("md5: bb", "md5: bc"), []),
+    (f"{OLD_LOCK}-upstream-entry", logged_lock("md5: aa", "md5: ab"),
+     ["run r1 artifact dvc.lock: its stages before evaluate differ from the workspace "
+      "dvc.lock's"]),
+    ("test_a_dvc_lock_tag_that_is_not_the_logged_lock_hash_is_one_line",
+     _set("tags", "dvc.lock.sha256", sha(b"another lock")),
+     [f"run r1 tag dvc.lock.sha256: mlflow run has {sha(b'another lock')!r}, the run's "
+      f"dvc.lock artifact has sha256 {sha(LOCK.encode())!r}"]),
 ]
 
 
-@pytest.mark.parametrize(("edit", "line"), [row[1:] for row in ONE_RUN_DIFFERENCE],
-                         ids=[row[0] for row in ONE_RUN_DIFFERENCE])
-def test_one_value_differing_in_the_mlflow_run_is_one_line_naming_its_place_and_both_sides(
-        edit: Callable[[LoggedRun], None], line: str, tmp_path: Path,
+@pytest.mark.parametrize(("edit", "want"), [row[1:] for row in RUN_DIFFERENCES],
+                         ids=[row[0] for row in RUN_DIFFERENCES])
+def test_each_compared_value_differing_in_the_mlflow_run_is_one_line_naming_place_and_sides(
+        edit: Callable[[LoggedRun], None], want: list[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     logged = LoggedRun()
     edit(logged)
-    assert audit_run(logged, tmp_path, monkeypatch) == [line]
-
-
-def test_environment_and_mlflow_own_tags_are_ignored_and_a_tag_beside_them_is_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    logged = LoggedRun()
-    logged.tags |= {"env.python": "3.11.10", "mlflow.user": "someone-else",
-                    "dvc.exp.name": "exp-1",
-                    # an audit's verdict written later (`pipeline.audit --run`, issue 33)
-                    "audit.status": "passed", "audit.checks": "mlflow run: ok"}
-    assert audit_run(logged, tmp_path, monkeypatch) == []
-    logged.tags["contract.signature"] = "g2p|data:ab|v:2"
-    assert audit_run(logged, tmp_path, monkeypatch) == [
-        "run r1 tag contract.signature: mlflow run has 'g2p|data:ab|v:2', pipeline record has "
-        "'g2p|data:ab|v:1'"]
-
-
-@pytest.mark.parametrize(("old", "new", "want"), [
-    ("md5: bb", "md5: bc", []),
-    ("md5: aa", "md5: ab", ["run r1 artifact dvc.lock: its stages before evaluate differ from "
-                            "the workspace dvc.lock's"]),
-], ids=["evaluate-entry", "upstream-entry"])
-def test_the_logged_dvc_lock_is_compared_on_the_stages_before_evaluate_only(
-        old: str, new: str, want: list[str], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The run logs dvc.lock as the evaluate stage saw it, before its own entry was written,
-    and tags its sha256: evaluate's entry is not compared, an upstream stage's is."""
-    logged = LoggedRun()
-    forged = LOCK.replace(old, new).encode()
-    logged.artifacts["dvc.lock"] = forged
-    logged.tags["dvc.lock.sha256"] = sha(forged)
     assert audit_run(logged, tmp_path, monkeypatch) == want
-
-
-def test_a_dvc_lock_tag_that_is_not_the_logged_lock_hash_is_one_line(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    logged = LoggedRun()
-    logged.tags["dvc.lock.sha256"] = sha(b"another lock")
-    assert audit_run(logged, tmp_path, monkeypatch) == [
-        f"run r1 tag dvc.lock.sha256: mlflow run has {sha(b'another lock')!r}, the run's "
-        f"dvc.lock artifact has sha256 {sha(LOCK.encode())!r}"]
 
 
 def test_who_made_the_run_is_not_compared_with_who_audits_it_but_must_be_there() -> None:
     # The audit rebuilds the record as the auditor (mlflow.user is the auditor's login).
-    record = dataclasses.replace(RECORD, tags=RECORD.tags | {"mlflow.user": "alice"})
+    record = replace(RECORD, tags=RECORD.tags | {"mlflow.user": "alice"})
     logged = {**record.tags, "mlflow.runName": record.run_name, "mlflow.user": "root"}
     assert tag_diffs(record, logged, sha(LOCK.encode())) == []
     del logged["mlflow.user"]
@@ -504,9 +433,7 @@ def test_the_audit_names_the_code_that_audits_and_whether_the_results_code_diffe
     assert f"code at {mine} (commit none)" in line  # not a git checkout
 
 
-# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
-
-# -- the audit's comparisons --------------------------------------------------------------
+# -- the audit's comparisons (issue 32: edges mutants found; was tests/test_rule_edges.py) --
 def test_numbers_compare_equal_only_within_the_stated_tolerance_and_nan_only_to_nan() -> None:
     sides = ("file", "run")
     assert number_diffs("m", sides, {"a": math.nan}, {"a": math.nan}) == []
@@ -539,8 +466,7 @@ def test_lock_params_are_looked_up_by_dotted_key_and_a_missing_one_differs() -> 
     params = {"train": {"lr": 0.5, "opt": {"beta": 0.9}}}
     assert lookup(params, "train.opt.beta") == 0.9
     assert lookup(params, "train.lr.x") is None and lookup(params, "model") is None
-    lock = {"stages": {"train": {"params": {"params.yaml": {"train.lr": 0.5,
-                                                             "train.steps": 3}}}}}
+    lock = {"stages": {"train": {"params": {"params.yaml": {"train.lr": 0.5, "train.steps": 3}}}}}
     assert lock_param_diffs(lock, params) == [
         "train: train.steps: params.yaml has None, dvc.lock records 3 (changed without "
         "`dvc repro`)"]

@@ -1,9 +1,6 @@
-"""Self-consistent forgeries of a real tiny result, each caught by the check that redoes it.
-
-The forger edits a file, runs `dvc commit -f` (so dvc.lock and `dvc status` agree), re-runs
-the evaluate stage where its outputs follow from the edit, commits again, and makes the
-MLflow run agree; only the check that re-derives the edited thing can still see it.
-"""
+"""Self-consistent forgeries of a real tiny result, each caught by the check that redoes it:
+the forger edits a file, runs `dvc commit -f` (so dvc.lock and `dvc status` agree), re-runs
+evaluate where its outputs follow from the edit, commits again and makes the MLflow run agree."""
 
 from __future__ import annotations
 
@@ -21,6 +18,7 @@ import mlflow
 import pytest
 import yaml
 from dvc.repo import Repo
+from mlflow.entities import Metric, Param
 
 from pipeline import evaluate
 from pipeline.audit.rebuild import rebuild_diffs
@@ -47,8 +45,7 @@ def dvc_commit(repo: Path, *stages: str) -> None:
 
 
 def stages_of(repo: Path, paths: tuple[str, ...]) -> list[str]:
-    """The stages of ``repo``'s dvc.lock that read or write one of ``paths``: the ones an
-    edit of them leaves stale (every other stage is already consistent)."""
+    """The stages of ``repo``'s dvc.lock that read or write one of ``paths`` (left stale)."""
     lock = read_yaml12(repo / "dvc.lock")["stages"]
     return [name for name, stage in lock.items()
             if any(p == f["path"] or p.startswith(f["path"] + "/") for p in paths
@@ -81,6 +78,20 @@ def rewrite_jsonl(path: Path, edit: Callable[[list[dict]], list[dict]]) -> None:
                             for r in edit(rows)), encoding="utf-8")
 
 
+def rewrite_json(path: Path, edit: Callable[[dict], object]) -> dict:
+    """``edit`` of ``path``'s JSON (in place), written back as the stages write it."""
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
+def replace_once(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, path
+    path.write_text(text.replace(old, new, 1))
+
+
 def prediction_past_the_first_batch(repo: Path, mp: pytest.MonkeyPatch) -> None:
     def edit(rows: list[dict]) -> list[dict]:
         row = rows[12]  # batch 2 of 8 rows (the tiny test split has 17)
@@ -109,9 +120,7 @@ def dropped_rows(repo: Path, mp: pytest.MonkeyPatch) -> None:
     for rel in edited:
         rewrite_jsonl(repo / rel, lambda rows: rows[:-5])
     for rel in ("predictions/test.header.json", "baseline/test.header.json"):  # their counts
-        header = json.loads((repo / rel).read_text())
-        header["rows"] -= 5
-        (repo / rel).write_text(json.dumps(header, indent=2, sort_keys=True) + "\n")
+        rewrite_json(repo / rel, lambda header: header.update(rows=header["rows"] - 5))
     rerun_evaluate(repo, mp, *edited)
 
 
@@ -119,28 +128,16 @@ def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
     preds = {json.loads(line)["id"]: json.loads(line)
              for line in (repo / "predictions/test.jsonl").read_text().splitlines()}
     wrong = [i for i, p in preds.items() if p["hypothesis"] != p["reference"]][:6]
-
-    def encoded(rows: list[dict]) -> list[dict]:
-        for r in rows:
-            if r["id"] in wrong:
-                r["target"], r["tgt"] = preds[r["id"]]["hypothesis"], preds[r["id"]]["tokens"]
-        return rows
-
-    def predicted(rows: list[dict]) -> list[dict]:
-        for r in rows:
-            if r["id"] in wrong:
-                r["reference"] = r["hypothesis"]
-        return rows
     assert wrong
-    rewrite_jsonl(repo / "data/encoded/test.jsonl", encoded)
-    rewrite_jsonl(repo / "predictions/test.jsonl", predicted)
-    rewrite_jsonl(repo / "predictions/test.model.jsonl", lambda rows: [  # the model's own
-        {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r
-        for r in rows])
-    # the baseline, redone from the forged rows, agrees: only the tokenizer's redo sees it
-    rewrite_jsonl(repo / "baseline/test.jsonl", lambda rows: [
-        {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r
-        for r in rows])
+    rewrite_jsonl(repo / "data/encoded/test.jsonl", lambda rows: [
+        {**r, "target": preds[r["id"]]["hypothesis"], "tgt": preds[r["id"]]["tokens"]}
+        if r["id"] in wrong else r for r in rows])
+    # the model's own rows too, and the baseline's: redone from the forged rows, it agrees, so
+    # only the tokenizer's redo sees it
+    for rel in ("predictions/test.jsonl", "predictions/test.model.jsonl", "baseline/test.jsonl"):
+        rewrite_jsonl(repo / rel, lambda rows: [
+            {**r, "reference": preds[r["id"]]["hypothesis"]} if r["id"] in wrong else r
+            for r in rows])
     rerun_evaluate(repo, mp, "data/encoded/test.jsonl", "predictions/test.jsonl",
                    "baseline/test.jsonl")
 
@@ -148,9 +145,7 @@ def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
 def changed_perplexity(repo: Path, mp: pytest.MonkeyPatch) -> None:
     rerun_evaluate(repo, mp)  # a run of this copy's own, to edit
     path = repo / "reports/metrics.json"
-    metrics = json.loads(path.read_text())
-    metrics["test_perplexity"] /= 4
-    path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    metrics = rewrite_json(path, lambda m: m.update(test_perplexity=m["test_perplexity"] / 4))
     client, rid = latest_run(repo)
     client.log_metric(rid, "test_perplexity", metrics["test_perplexity"], step=0)
     client.log_text(rid, path.read_text(), "reports/metrics.json")
@@ -162,11 +157,8 @@ def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
     client, rid = latest_run(repo)
     for rel, old, new in (("reports/report.md", "sequences.", "sequences (checked)."),
                           ("reports/buckets.csv", "\n1-4,", "\n1-3,")):
-        path = repo / rel
-        text = path.read_text()
-        assert old in text, rel
-        path.write_text(text.replace(old, new, 1))
-        client.log_text(rid, path.read_text(), rel)
+        replace_once(repo / rel, old, new)
+        client.log_text(rid, (repo / rel).read_text(), rel)
     dvc_commit(repo, "evaluate")
 
 
@@ -192,16 +184,9 @@ def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
 def undeclared_forged_headline(repo: Path, mp: pytest.MonkeyPatch) -> None:
     """issue 51: dvc.yaml stops declaring reports/headline.json (the README's figures), then
     the file is forged: the audit still compares what the redone evaluate writes."""
-    path = repo / "dvc.yaml"
-    text = path.read_text()
-    declared = "      - ${paths.headline}:\n          cache: false\n"
-    assert declared in text
-    path.write_text(text.replace(declared, "", 1))
+    replace_once(repo / "dvc.yaml", "      - ${paths.headline}:\n          cache: false\n", "")
     rerun_evaluate(repo, mp)  # a run and a lock without it
-    headline = repo / "reports/headline.json"
-    figures = json.loads(headline.read_text())
-    figures["wer"] /= 2
-    headline.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    rewrite_json(repo / "reports/headline.json", lambda f: f.update(wer=f["wer"] / 2))
 
 
 FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
@@ -242,13 +227,12 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
     repo = copy_result(audit_result[0], tmp_path / "copy")
     forge(repo, monkeypatch)
     report = run_audit(repo, monkeypatch)
-    assert set(report.failed()) == expected, report.render()
-    assert message in report.render()
+    rendered = report.render()
+    assert set(report.failed()) == expected, rendered
+    assert message in rendered
     if forge is edited_mlflow_run:
-        assert "step metric loss/train: entry 4 (step, value): mlflow run has (3," \
-            in report.render()
-        assert "artifact reports/report.md: line 1: mlflow run has \"forged\"" \
-            in report.render()
+        assert "step metric loss/train: entry 4 (step, value): mlflow run has (3," in rendered
+        assert 'artifact reports/report.md: line 1: mlflow run has "forged"' in rendered
 
 
 @pytest.mark.slow
@@ -256,8 +240,6 @@ def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: a copy of the genuine run with a better WER, started earlier (the audit's
     # run is the latest), sits beside the real one in the MLflow UI claiming the same result
-    from mlflow.entities import Metric, Param  # noqa: PLC0415
-
     repo = copy_result(audit_result[0], tmp_path / "copy")
     client, rid = latest_run(repo)
     real = client.get_run(rid)
@@ -294,17 +276,14 @@ def test_the_audit_compares_the_run_logged_for_this_result_not_the_latest_run(
 @pytest.mark.slow
 def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_replay(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 33: the forger trains on the test rows instead of the train rows (same params and
-    # code), puts the train rows back, and lets DVC and the pipeline make everything else
-    # agree: the checkpoints, the ledger, the log, the metrics, the lock and the MLflow run.
-    # Only a replay of the training on the declared rows can tell.
+    # issue 33: the forger trains on the test rows, puts the train rows back and lets DVC and
+    # the pipeline make all else agree (ledger, log, lock, MLflow run): only a replay can tell
     repo = copy_result(audit_result[0], tmp_path / "copy")
     train, manifest = repo / "data/encoded/train.jsonl", repo / "data/encoded/manifest.json"
     genuine, genuine_manifest = train.read_bytes(), manifest.read_bytes()
     train.write_bytes((repo / "data/encoded/test.jsonl").read_bytes())
-    counts = json.loads(genuine_manifest)  # the manifest's count agrees with the rows read
-    counts["counts"]["train"]["kept"] = counts["counts"]["test"]["kept"]
-    manifest.write_text(json.dumps(counts, indent=2, sort_keys=True) + "\n")
+    rewrite_json(manifest, lambda m: m["counts"]["train"].update(  # agrees with the rows read
+        kept=m["counts"]["test"]["kept"]))
     shutil.rmtree(repo / "checkpoints")  # else the stage resumes the genuine final state
     dvc(repo, "repro", "--force", "--single-item", "train")
     train.write_bytes(genuine)
@@ -335,25 +314,23 @@ def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
     params.write_text(re.sub(r"sha256: \S+", f"sha256: {pin}", params.read_text(), count=1))
     dvc_commit(repo)
     report = run_audit(repo, monkeypatch, only=("fetch redone",))
-    assert report.failed() == ["fetch redone"], report.render()
-    assert "fetch stopped when redone: [fetch] cmudict: sha256 " in report.render()
-    assert f"does not match the one pinned in params.yaml (data.sha256 = {pin})" \
-        in report.render()
+    rendered = report.render()
+    assert report.failed() == ["fetch redone"], rendered
+    assert "fetch stopped when redone: [fetch] cmudict: sha256 " in rendered
+    assert f"does not match the one pinned in params.yaml (data.sha256 = {pin})" in rendered
 
 
 @pytest.mark.slow
 def test_a_different_environment_warns_and_fails_under_strict_env(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The producing environment lives in the MLflow run (no DVC-tracked file holds it, issue
-    34): a run made under another torch build warns, and fails under --strict-env."""
+    # the producing environment lives in the MLflow run (issue 34), not in a DVC-tracked file
     repo = copy_result(audit_result[0], tmp_path / "copy")
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
-    client.set_tag(run.info.run_id, "env.torch", "1.0.0")
+    client, rid = latest_run(repo)
+    client.set_tag(rid, "env.torch", "1.0.0")
     report = run_audit(repo, monkeypatch)
-    assert report.ok and report.status["environment"] == "WARNING", report.render()
-    assert "torch: mlflow run " in report.render() and "has '1.0.0', this audit runs" \
-        in report.render()
+    rendered = report.render()
+    assert report.ok and report.status["environment"] == "WARNING", rendered
+    assert "torch: mlflow run " in rendered and "has '1.0.0', this audit runs" in rendered
     strict = run_audit(repo, monkeypatch, strict_env=True)
     assert strict.failed() == ["environment"]
 
@@ -413,10 +390,9 @@ def test_rebuild_names_the_first_divergent_stage() -> None:
 @pytest.mark.slow
 def test_committing_a_changed_result_as_documented_keeps_its_audit_passing(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The false alarm of issue 30: a run named after the params it changed (against the
-    commit it was made from), then committed with params.yaml, dvc.lock and reports (the
-    documented order) - the audit rebuilds the record against the commit the run recorded,
-    not against the result's own commit (where nothing differs)."""
+    """Issue 30's false alarm: a run named after the params it changed, then committed with
+    params.yaml, dvc.lock and reports as documented; the audit rebuilds the record against the
+    commit the run recorded, not the result's own (where nothing differs)."""
     repo = copy_result(audit_result[0], tmp_path / "copy")
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params.setdefault("evaluate", {})["bucket_edges"] = [3, 5]
@@ -424,10 +400,8 @@ def test_committing_a_changed_result_as_documented_keeps_its_audit_passing(
     out = subprocess.run([shutil.which("dvc", path=tool_env()["PATH"]) or "dvc", "repro"],
                          cwd=repo, env=tool_env(), capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id],
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    assert runs[0].info.run_name.startswith("bucket_edges=[3, 5]")
+    client, rid = latest_run(repo)
+    assert client.get_run(rid).info.run_name.startswith("bucket_edges=[3, 5]")
     subprocess.run(["git", "add", "params.yaml", "dvc.lock", "reports"], cwd=repo, check=True)
     subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm",
                     "result"], cwd=repo, check=True)

@@ -1,27 +1,37 @@
 """The training ledger and its replay (issue 33, item 1): what the loop keeps, which segments
-the audit picks, the chance a forger escapes, and how two states are compared.
-
-The replay of a real result (genuine: bit-identical; trained on other rows: the segment and
-the tensor named) is in tests/stages/test_resume_stage.py and tests/audit/test_forgery.py.
-"""
+the audit picks, the chance a forger escapes, and how two states are compared. The replay of a
+real result is tests/stages/test_resume_stage.py's and tests/audit/test_forgery.py's."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from pipeline.audit import checks, replay
 from pipeline.audit.replay import capability_env
-from seqcore.ledger import Segment, choose, escape_probability, first_difference, ledger_segments
+from seqcore import environment
+from seqcore.audit import AuditReport
 from seqcore.blobs import save_blob
+from seqcore.config import config_from_dict
+from seqcore.ledger import Segment, choose, escape_probability, first_difference, ledger_segments
 from seqcore.training.checkpoint import ledger_files, step_of
 from tests.factories import kill_after, s2s_loop
 
 
 def steps(folder: Path) -> list[int]:
     return [step_of(p) for p in ledger_files(folder)]
+
+
+def ledger_of_run(work: Path, max_steps: int, **train: object) -> Path:
+    """The ledger folder of an ``s2s_loop`` started (or resumed) and run to its end."""
+    loop = s2s_loop(work, max_steps, **train)
+    loop.resume()
+    loop.run(lambda entry, tokens_per_s: None)
+    return loop.ckpt.ledger
 
 
 def test_the_loop_keeps_the_state_before_the_first_step_every_ledger_every_and_the_last(
@@ -38,16 +48,11 @@ def test_the_loop_keeps_the_state_before_the_first_step_every_ledger_every_and_t
 
 
 def test_ledger_every_0_keeps_the_first_and_the_last_state_only(tmp_path: Path) -> None:
-    loop = s2s_loop(tmp_path, 5, ledger_every=0)
-    loop.resume()
-    loop.run(lambda entry, tokens_per_s: None)
-    assert steps(loop.ckpt.ledger) == [0, 5]
+    assert steps(ledger_of_run(tmp_path, 5, ledger_every=0)) == [0, 5]
 
 
 def test_a_resumed_run_writes_the_ledger_of_the_uninterrupted_run(tmp_path: Path) -> None:
-    whole = s2s_loop(tmp_path / "whole", 7, ledger_every=3, checkpoint_every=2)
-    whole.resume()
-    whole.run(lambda entry, tokens_per_s: None)
+    whole = ledger_of_run(tmp_path / "whole", 7, ledger_every=3, checkpoint_every=2)
     killed = s2s_loop(tmp_path / "run", 7, ledger_every=3, checkpoint_every=2)
     killed.resume()
     kill_after(killed, 4)
@@ -55,13 +60,11 @@ def test_a_resumed_run_writes_the_ledger_of_the_uninterrupted_run(tmp_path: Path
     assert resumed.resume() == "ckpt-00000004.pt"
     resumed.run(lambda entry, tokens_per_s: None)
     assert [p.read_bytes() for p in ledger_files(resumed.ckpt.ledger)] == \
-        [p.read_bytes() for p in ledger_files(whole.ckpt.ledger)]
+        [p.read_bytes() for p in ledger_files(whole)]
 
 
 def test_a_fresh_start_clears_the_ledger_of_an_earlier_run(tmp_path: Path) -> None:
-    old = s2s_loop(tmp_path, 6, ledger_every=2)
-    old.resume()
-    old.run(lambda entry, tokens_per_s: None)
+    ledger_of_run(tmp_path, 6, ledger_every=2)
     fresh = s2s_loop(tmp_path, 6, ledger_every=2, resume="fresh")
     fresh.resume()
     assert steps(fresh.ckpt.ledger) == [0]
@@ -177,28 +180,17 @@ def test_the_replay_takes_the_cpu_level_the_run_records_when_this_host_has_it(
 def test_a_replay_difference_on_another_cpu_model_warns_unless_strict(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trained_on: str | None, strict: bool,
         status: str, kernels: str) -> None:
-    from types import SimpleNamespace  # noqa: PLC0415
-
-    from pipeline.audit import checks, replay  # noqa: PLC0415
-    from seqcore import environment  # noqa: PLC0415
-    from seqcore.audit import AuditReport  # noqa: PLC0415
-    from seqcore.config import config_from_dict  # noqa: PLC0415
-
-    loop = s2s_loop(tmp_path, 4, ledger_every=2)
-    loop.resume()
-    loop.run(lambda entry, tokens_per_s: None)
-    cfg = config_from_dict({"paths": {"ledger": str(loop.ckpt.ledger)},
+    cfg = config_from_dict({"paths": {"ledger": str(ledger_of_run(tmp_path, 4, ledger_every=2))},
                             "train": {"cpu_kernels": kernels}})
     here = environment.producing_environment()
     monkeypatch.setattr(environment, "producing_environment",
                         lambda: SimpleNamespace(**{**here.as_dict(), "cpu": "Same CPU"}))
     # the replay itself is tests/stages/test_resume_stage.py's; here only its verdict
-    monkeypatch.setattr(replay, "run_replay",
-                        lambda *args: ["segment 2-4: differs at model.w"])
+    monkeypatch.setattr(replay, "run_replay", lambda *args: ["segment 2-4: differs at model.w"])
     tags = {"env.cpu": trained_on} if trained_on else {}
     report = AuditReport()
     checks.replay_check(report, cfg, "params.yaml", 1, 0,
-                              SimpleNamespace(data=SimpleNamespace(tags=tags)), strict)
+                        SimpleNamespace(data=SimpleNamespace(tags=tags)), strict)
     assert report.status["training replay"] == status
     lines = report.checks["training replay"]
     assert lines[-1] == "segment 2-4: differs at model.w"

@@ -1,8 +1,6 @@
 """``python -m pipeline.audit --run RUN_ID`` (issue 33, item 4): a run id that cannot be
-audited is one line. The whole flow (the result found in a later commit, checked out in a
-worktree, its outputs pulled from the S3 remote, the verdict written to the run on the MLflow
-server) is tests/mlflow/test_team.py's; that the verdict tags never fail a later audit is
-tests/audit/test_comparators.py's."""
+audited is one line. The whole flow is tests/mlflow/test_team.py's; that the verdict tags
+never fail a later audit, tests/audit/test_comparators.py's."""
 
 from __future__ import annotations
 

@@ -61,7 +61,8 @@ def test_conversion_in_chunks_gives_the_one_process_answer(tmp_path: Path) -> No
 
 def test_a_word_of_unseen_letters_gets_an_empty_pronunciation(tmp_path: Path) -> None:
     trained = ps.train(lexicon(WORDS), tmp_path, LOW_ORDER)
-    assert [c.target for c in ps.convert(trained.fst, ["zzz"])["zzz"]] == [""]  # evaluate counts it as empty
+    # evaluate counts it as empty
+    assert [c.target for c in ps.convert(trained.fst, ["zzz"])["zzz"]] == [""]
 
 
 def test_training_twice_gives_the_same_model_bytes(tmp_path: Path) -> None:
@@ -133,16 +134,13 @@ def example(source: str) -> Example:
 
 def test_auto_trains_for_g2p_and_for_word_pairs_and_skips_sentences() -> None:
     words, sentences = [example("cat"), example("dog")], [example("the cat"), example("dog")]
-    g2p = config_from_dict({"task": "g2p"})
-    parallel = config_from_dict({"task": "parallel", "data": {"source": "tsv", "path": "x.tsv"},
-                                 "paths": {"raw": "data/raw/x.tsv"}})
-    assert skip_reason(g2p, sentences) is None
-    assert skip_reason(parallel, words) is None
-    why = skip_reason(parallel, sentences)
+    user = {"task": "parallel", "data": {"source": "tsv", "path": "x.tsv"},
+            "paths": {"raw": "data/raw/x.tsv"}}
+    assert skip_reason(config_from_dict({"task": "g2p"}), sentences) is None
+    assert skip_reason(config_from_dict(user), words) is None
+    why = skip_reason(config_from_dict(user), sentences)
     assert why is not None and "1 of 2 train sources contain whitespace" in why
-    forced = config_from_dict({"task": "parallel", "baseline": {"kind": "phonetisaurus"},
-                               "data": {"source": "tsv", "path": "x.tsv"},
-                               "paths": {"raw": "data/raw/x.tsv"}})
+    forced = config_from_dict(user | {"baseline": {"kind": "phonetisaurus"}})
     assert skip_reason(forced, sentences) is None
     assert skip_reason(config_from_dict({"baseline": {"kind": "none"},
                                          "decode": {"rescore": "none"}}), words) == \

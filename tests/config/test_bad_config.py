@@ -1,10 +1,6 @@
 """A bad params.yaml stops every stage at once: one line naming the key, the value and the
-valid choices or range, exit status 2, no traceback, and nothing written (issue 13).
-
-Each case runs a real stage as ``python -m pipeline.<stage>`` in an empty folder; the cases are
-spread over the stages (validate, fetch and prepare start fast; train imports torch) because
-every stage loads its config through the same ``pipeline.stage.load``.
-"""
+valid choices or range, exit status 2, no traceback, and nothing written (issue 13). Each case
+runs a real stage in an empty folder, spread over the stages: all load through pipeline.stage."""
 
 from __future__ import annotations
 
@@ -17,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from seqcore.contract import SpecialIds
+from seqcore.tokenizer import TokenizerSettingsError, choose_settings, train_sentencepiece
 from tests.factories import REPO
 from tests.pipeline_helpers import merge
 
@@ -30,7 +28,8 @@ def run_stage(stage: str, folder: Path, params_text: str) -> subprocess.Complete
                           capture_output=True, text=True, timeout=120)
 
 
-def with_overrides(overrides: dict) -> str:
+def over(overrides: dict) -> str:
+    """The repository's params.yaml with ``overrides`` merged in."""
     return yaml.safe_dump(merge(PARAMS, overrides), sort_keys=False)
 
 
@@ -41,88 +40,77 @@ def with_line_after(anchor: str, line: str) -> str:
 
 
 LR_LINE = (REPO / "params.yaml").read_text().splitlines().index("  lr: 0.003") + 1
-DUPLICATE = with_line_after("  lr: 0.003", "  lr: 50.0")
 USER_FILE = {"data": {"source": "tsv", "path": "data/external/words.tsv", "sha256": ""},
              "paths": {"raw": "data/raw/words.tsv"}}
+NO_FILE = ("data.path = 'data/external/words.tsv': no such file (relative paths start at the "
+           "repository root)")
+EMPTY = ("empty; expected a mapping of sections (task, data, tokenizer, ...), as in the "
+         "repository's params.yaml")
+STORE = ("must be a store URI starting with sqlite://, http://, https://, postgresql://, "
+         "mysql://, mssql://, file://, databricks:// (a run kept while the store is down is "
+         "replayed to it)")
 
+#: (stage, params.yaml text, the stderr line after "params.yaml: ")
 CASES = [
-    ("validate", with_overrides({"train": {"max_steps": "many"}}),
-     "params.yaml: train.max_steps = 'many': expected int"),
-    ("validate", with_overrides({"train": {"max_steps": -5}}),
-     "params.yaml: train.max_steps = -5: must be >= 1"),
-    ("validate", with_overrides({"model": {"family": "tranformer"}}),
-     "params.yaml: model.family = 'tranformer': must be one of transformer, gru, lstm; "
-     "did you mean transformer?"),
-    ("validate", with_overrides({"decode": {"strategy": "nucleus"}}),
-     "params.yaml: decode.strategy = 'nucleus': must be one of greedy, beam, sample"),
-    ("validate", with_overrides({"train": {"warmup_steps": -1}}),
-     "params.yaml: train.warmup_steps = -1: must be >= 0"),
-    ("validate", with_overrides({"train": {"clip_norm": -1.0}}),
-     "params.yaml: train.clip_norm = -1.0: must be >= 0"),
-    ("validate", with_overrides({"model": {"transformer": {"d_model": -8}}}),
-     "params.yaml: model.transformer.d_model = -8: must be >= 1"),
-    ("fetch", with_overrides({"model": {"transformer": {"dropout": 1.5}}}),
-     "params.yaml: model.transformer.dropout = 1.5: must be in [0, 1)"),
-    ("fetch", with_overrides({"data": {"test_fraction": -0.5}}),
-     "params.yaml: data.test_fraction = -0.5: must be in [0, 1)"),
+    ("validate", over({"train": {"max_steps": "many"}}), "train.max_steps = 'many': expected int"),
+    ("validate", over({"train": {"max_steps": -5}}), "train.max_steps = -5: must be >= 1"),
+    ("validate", over({"model": {"family": "tranformer"}}), "model.family = 'tranformer': must "
+     "be one of transformer, gru, lstm; did you mean transformer?"),
+    ("validate", over({"decode": {"strategy": "nucleus"}}),
+     "decode.strategy = 'nucleus': must be one of greedy, beam, sample"),
+    ("validate", over({"train": {"warmup_steps": -1}}), "train.warmup_steps = -1: must be >= 0"),
+    ("validate", over({"train": {"clip_norm": -1.0}}), "train.clip_norm = -1.0: must be >= 0"),
+    ("validate", over({"model": {"transformer": {"d_model": -8}}}),
+     "model.transformer.d_model = -8: must be >= 1"),
+    ("fetch", over({"model": {"transformer": {"dropout": 1.5}}}),
+     "model.transformer.dropout = 1.5: must be in [0, 1)"),
+    ("fetch", over({"data": {"test_fraction": -0.5}}),
+     "data.test_fraction = -0.5: must be in [0, 1)"),
     ("fetch", with_line_after("  lr: 0.003", "  lrr: 0.5"),
-     "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?"),
+     "train.lrr = 0.5: unknown key; did you mean train.lr?"),
     ("prepare", "train:\n  lr: 1.0\n   lrr: 0.5\n",
-     "params.yaml: not valid YAML at line 3, column 7: mapping values are not allowed here"),
-    ("prepare", with_overrides({"model": {"transformer": {"d_model": 130}}}),
-     "params.yaml: model.transformer.d_model = 130: must be divisible by "
-     "model.transformer.n_heads (4)"),
-    ("train", with_overrides({"train": {"lr": -1.0}}),
-     "params.yaml: train.lr = -1.0: must be > 0"),
+     "not valid YAML at line 3, column 7: mapping values are not allowed here"),
+    ("prepare", over({"model": {"transformer": {"d_model": 130}}}),
+     "model.transformer.d_model = 130: must be divisible by model.transformer.n_heads (4)"),
+    ("train", over({"train": {"lr": -1.0}}), "train.lr = -1.0: must be > 0"),
     # issue 31: what a later stage would refuse (or silently get wrong), refused up front
-    ("validate", "", "params.yaml: empty; expected a mapping of sections (task, data, "
-     "tokenizer, ...), as in the repository's params.yaml"),
-    ("validate", "# nothing but a comment\n", "params.yaml: empty; expected a mapping of "
-     "sections (task, data, tokenizer, ...), as in the repository's params.yaml"),
-    ("validate", "- train\n- lr\n",
-     "params.yaml: (whole file) = ['train', 'lr']: expected a mapping of keys to values"),
-    ("validate", DUPLICATE, f"params.yaml: not valid YAML at line {LR_LINE + 1}, column 3: "
-     f"duplicate key 'lr' (first at line {LR_LINE}; YAML would keep only the last value)"),
-    ("validate", with_overrides({"tokenizer": {"pad_id": 100}}),
-     "params.yaml: tokenizer.pad_id = 100: must be < tokenizer.src_vocab_size (40): "
-     "SentencePiece ids run from 0 to the vocabulary size - 1"),
-    ("validate", with_overrides({"decode": {"banned_tokens": [5, 999]}}),
-     "params.yaml: decode.banned_tokens = [5, 999]: ids must be < tokenizer.tgt_vocab_size (44)"),
-    ("validate", with_overrides({"mlflow": {"tracking_uri": "ftp://host/runs"}}),
-     "params.yaml: mlflow.tracking_uri = 'ftp://host/runs': must be a store URI starting with "
-     "sqlite://, http://, https://, postgresql://, mysql://, mssql://, file://, databricks:// "
-     "(a run kept while the store is down is replayed to it)"),
-    ("validate", with_overrides({"mlflow": {"tracking_uri": "mlflow.db"}}),
-     "params.yaml: mlflow.tracking_uri = 'mlflow.db': must be a store URI starting with "
-     "sqlite://, http://, https://, postgresql://, mysql://, mssql://, file://, databricks:// "
-     "(a run kept while the store is down is replayed to it)"),
-    ("validate", with_overrides(USER_FILE), "params.yaml: data.path = "
-     "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
-    ("fetch", with_overrides(USER_FILE), "params.yaml: data.path = "
-     "'data/external/words.tsv': no such file (relative paths start at the repository root)"),
-    ("tracking", with_overrides({"train": {"lr": -1.0}}),  # the replay command
-     "params.yaml: train.lr = -1.0: must be > 0"),
+    ("validate", "", EMPTY),
+    ("validate", "# nothing but a comment\n", EMPTY),
+    ("validate", "- train\n- lr\n", "(whole file) = ['train', 'lr']: expected a mapping of keys to "
+     "values"),
+    ("validate", with_line_after("  lr: 0.003", "  lr: 50.0"), f"not valid YAML at line "
+     f"{LR_LINE + 1}, column 3: duplicate key 'lr' (first at line {LR_LINE}; YAML would keep only "
+     "the last value)"),
+    ("validate", over({"tokenizer": {"pad_id": 100}}), "tokenizer.pad_id = 100: must be < "
+     "tokenizer.src_vocab_size (40): SentencePiece ids run from 0 to the vocabulary size - 1"),
+    ("validate", over({"decode": {"banned_tokens": [5, 999]}}),
+     "decode.banned_tokens = [5, 999]: ids must be < tokenizer.tgt_vocab_size (44)"),
+    ("validate", over({"mlflow": {"tracking_uri": "ftp://host/runs"}}),
+     f"mlflow.tracking_uri = 'ftp://host/runs': {STORE}"),
+    ("validate", over({"mlflow": {"tracking_uri": "mlflow.db"}}),
+     f"mlflow.tracking_uri = 'mlflow.db': {STORE}"),
+    ("validate", over(USER_FILE), NO_FILE),
+    ("fetch", over(USER_FILE), NO_FILE),
+    ("tracking", over({"train": {"lr": -1.0}}), "train.lr = -1.0: must be > 0"),  # the replay
     # issue 49: CPU bf16 runs oneDNN kernels the portable CPU kernel profile cannot pin
-    ("validate", with_overrides({"train": {"amp": "bf16"}}),
-     "params.yaml: train.amp = 'bf16': runs CPU-specific oneDNN kernels, which "
-     "train.cpu_kernels: portable cannot pin; set train.cpu_kernels: native (or train.amp: "
-     "none)"),
-    ("validate", with_overrides({"train": {"cpu_kernels": "fast"}}),
-     "params.yaml: train.cpu_kernels = 'fast': must be one of portable, native"),
-    ("validate", with_overrides({"data": {"source": "tsv", "path": "/tmp"},
-                                 "paths": {"raw": "data/raw/tmp"}}),
-     "params.yaml: data.path = '/tmp': a folder; name the data file in it"),
+    ("validate", over({"train": {"amp": "bf16"}}), "train.amp = 'bf16': runs CPU-specific oneDNN "
+     "kernels, which train.cpu_kernels: portable cannot pin; set train.cpu_kernels: native (or "
+     "train.amp: none)"),
+    ("validate", over({"train": {"cpu_kernels": "fast"}}),
+     "train.cpu_kernels = 'fast': must be one of portable, native"),
+    ("validate", over({"data": {"source": "tsv", "path": "/tmp"},
+                       "paths": {"raw": "data/raw/tmp"}}),
+     "data.path = '/tmp': a folder; name the data file in it"),
 ]
 
 
 @pytest.mark.parametrize("stage, text, line", CASES,
-                         ids=[f"{c[0]}-{c[2].split(': ')[1].split(' =')[0]}" for c in CASES])
-def test_bad_config_stops_the_stage_with_one_line_and_status_2(
-    tmp_path: Path, stage: str, text: str, line: str,
-) -> None:
+                         ids=[f"{c[0]}-{c[2].split(': ')[0].split(' =')[0]}" for c in CASES])
+def test_bad_config_stops_the_stage_with_one_line_and_status_2(tmp_path: Path, stage: str,
+                                                              text: str, line: str) -> None:
     res = run_stage(stage, tmp_path, text)
     assert res.returncode == 2, res.stderr
-    assert res.stderr == line + "\n"
+    assert res.stderr == f"params.yaml: {line}\n"
     assert "Traceback" not in res.stderr + res.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
 
@@ -134,7 +122,7 @@ def test_validate_stage_accepts_the_repository_params(tmp_path: Path) -> None:
 
 def test_settings_the_strategy_ignores_warn_in_one_line_each_and_do_not_stop(
         tmp_path: Path) -> None:
-    res = run_stage("validate", tmp_path, with_overrides(
+    res = run_stage("validate", tmp_path, over(
         {"decode": {"strategy": "greedy", "n_best": 3, "top_k": 5, "beam_size": 8}}))
     assert res.returncode == 0, res.stderr
     assert res.stderr.splitlines() == [
@@ -147,10 +135,6 @@ def test_settings_the_strategy_ignores_warn_in_one_line_each_and_do_not_stop(
 
 def test_a_special_id_beyond_an_auto_vocabulary_stops_the_tokenizer_in_one_line(
         tmp_path: Path) -> None:
-    from seqcore.contract import SpecialIds  # noqa: PLC0415
-    from seqcore.tokenizer import (  # noqa: PLC0415
-        TokenizerSettingsError, choose_settings, train_sentencepiece)
-
     texts = ["k ae t", "d ao g"] * 20
     settings, _ = choose_settings(texts, "char", "auto", 1.0)
     with pytest.raises(TokenizerSettingsError, match=rf"^tokenizer: special id 100 \(tokenizer"
@@ -159,11 +143,8 @@ def test_a_special_id_beyond_an_auto_vocabulary_stops_the_tokenizer_in_one_line(
         train_sentencepiece(texts, settings, SpecialIds(100, 1, 2, 3), tmp_path / "m.model")
 
 
-# -- issue 31: `validate` refuses every configuration a later stage would refuse ---------------
-# Derived from the stages themselves, so the two cannot drift: the configuration checks each
-# stage module calls (every function of seqcore/config.py and pipeline/stage.py that can end in
-# a ConfigError or the configuration exit status, found in their source) must all be called by
-# validate too, and each case above that runs through a later stage gives validate its line.
+# -- issue 31: `validate` refuses all a later stage would. Derived from the stages' source so the
+# two cannot drift: every config check a stage calls, validate calls too, and gives its line.
 
 CHECK_MODULES = (REPO / "seqcore/config.py", REPO / "pipeline/stage.py")
 STAGES = list(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"])
@@ -187,11 +168,9 @@ def config_checks() -> set[str]:
     direct = {name for name, f in funcs.items()
               if any(isinstance(n, ast.Name) and n.id in ("ConfigError", "CONFIG_ERROR_STATUS")
                      for n in ast.walk(f)) or "_fail" in _called(f)}
-    checks, grown = set(direct), True
-    while grown:
-        more = {name for name, f in funcs.items() if _called(f) & checks} - checks
+    checks = set(direct)
+    while more := {name for name, f in funcs.items() if _called(f) & checks} - checks:
         checks |= more
-        grown = bool(more)
     return checks
 
 
@@ -217,8 +196,8 @@ LATER = [(stage, text, line) for stage, text, line in CASES
 
 
 @pytest.mark.parametrize("stage, text, line", LATER,
-                         ids=[f"{c[0]}-{c[2].split(': ')[1].split(' =')[0]}" for c in LATER])
+                         ids=[f"{c[0]}-{c[2].split(': ')[0].split(' =')[0]}" for c in LATER])
 def test_validate_stops_on_what_a_later_stage_stops_on(tmp_path: Path, stage: str, text: str,
                                                       line: str) -> None:
     res = run_stage("validate", tmp_path, text)
-    assert (res.returncode, res.stderr) == (2, line + "\n")
+    assert (res.returncode, res.stderr) == (2, f"params.yaml: {line}\n")

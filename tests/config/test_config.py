@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import types
 import typing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 
 from seqcore.config import Config, ConfigError, as_dict, config_from_dict, flatten, load_config
 from seqcore.config_ranges import RANGES, in_range
+from seqcore.config_rules import SS_CAP_WITH_SMOOTHING, risky_settings
 from tests.factories import REPO
 from tests.pipeline_helpers import merge, nested
 
@@ -28,17 +30,15 @@ def test_repository_params_load_and_the_config_holds_every_value_written_there()
     assert {k: loaded[k] for k in written} == written  # and no value coerced or replaced
 
 
-#: The keys `python -m pipeline.tune --write` set in params.yaml from the default's dev table
-#: (issue 52): the code keeps the values set by hand and ``tuned_on: none``, so a params file
-#: that leaves them out is not labelled as chosen on a dev split it was never tuned on.
+#: The keys `pipeline.tune --write` set in params.yaml (issue 52); the code keeps the hand values
+#: and ``tuned_on: none``, so a file without them is not labelled as tuned on dev.
 TUNED = {"decode.beam_size": 1, "decode.alpha": 0.0, "decode.rescore_weight": 0.5,
          "decode.tuned_on": "dev"}
 
 
 def test_code_defaults_equal_params_yaml() -> None:
-    """One set of defaults (issue 11): every leaf of params.yaml equals the dataclass default,
-    and params.yaml lists every leaf, so a value changed in one place fails here; the tuned
-    decode keys are params.yaml's, as ``TUNED`` says."""
+    """One set of defaults (issue 11): params.yaml lists every leaf, each equal to the dataclass
+    default except the tuned decode keys (``TUNED``)."""
     written = flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
     defaults = flatten(as_dict(Config()))
     assert sorted(written) == sorted(defaults)
@@ -49,8 +49,8 @@ def test_code_defaults_equal_params_yaml() -> None:
     ({"train": {"max_stepz": 3}}, "train.max_stepz = 3: unknown key; did you mean "
                                   "train.max_steps?"),
     ({"trian": {"lr": 1.0}}, "trian = {...}: unknown key; did you mean train?"),
-    ({"decode": {"strategy": "nucleus"}}, "decode.strategy = 'nucleus': must be one of greedy, "
-                                          "beam, sample"),
+    ({"decode": {"strategy": "nucleus"}},
+     "decode.strategy = 'nucleus': must be one of greedy, beam, sample"),
     ({"model": {"family": "tranformer"}}, "model.family = 'tranformer': must be one of "
                                           "transformer, gru, lstm; did you mean transformer?"),
     ({"train": {"batch_size": "32"}}, "train.batch_size = '32': expected int"),
@@ -66,25 +66,31 @@ def test_code_defaults_equal_params_yaml() -> None:
     ({"model": {"transformer": {"d_model": 130}}},
      "model.transformer.d_model = 130: must be divisible by model.transformer.n_heads (4)"),
     ({"decode": {"min_len": 40}}, "decode.min_len = 40: must be < decode.max_len (32)"),
-    ({"evaluate": {"bucket_edges": [4, 4]}}, "evaluate.bucket_edges = [4, 4]: must be "
-                                             "strictly increasing"),
-    ({"evaluate": {"bucket_edges": "quintiles"}}, "evaluate.bucket_edges = 'quintiles': "
-                                                  "must be a list or auto"),
+    ({"evaluate": {"bucket_edges": [4, 4]}}, "evaluate.bucket_edges = [4, 4]: must be strictly "
+     "increasing"),
+    ({"evaluate": {"bucket_edges": "quintiles"}},
+     "evaluate.bucket_edges = 'quintiles': must be a list or auto"),
     ({"data": {"source": "tsv", "path": "data/external/x.tsv", "keep_stress": True}},
      "data.keep_stress = True: applies to data.source cmudict only (any other source is "
      "read as it is: nothing to keep or strip)"),
-    ({"decode": {"banned_tokens": [3]}}, "decode.banned_tokens = [3]: must not contain "
-                                         "tokenizer.eos_id (3)"),
+    ({"decode": {"banned_tokens": [3]}}, "decode.banned_tokens = [3]: must not contain tokenizer."
+     "eos_id (3)"),
     ({"train": {"ss_schedule": "exponential"}},
      "train.ss_k = 1000.0: must be in (0, 1) when train.ss_schedule is exponential"),
     ({"train": {"select": "best_dev_wer", "dev_decode_words": 0}},
      "train.select = 'best_dev_wer': needs dev decoding while training: set "
      "train.dev_decode_words > 0 (or use best_dev or last)"),
     ({"train": {"select": "best_wer"}}, "train.select = 'best_wer': must be one of best_dev, "
-                                        "best_dev_wer, best_dev_per, last; did you mean "
-                                        "best_dev_wer?"),
+     "best_dev_wer, best_dev_per, last; did you mean best_dev_wer?"),
     ({"train": {"mrt_candidates": 1}}, "train.mrt_candidates = 1: must be >= 2"),
     ([1, 2], "(whole file) = [1, 2]: expected a mapping of keys to values"),
+    # the coverage guards' parameters (issue 13)
+    ({"tokenizer": {"max_unk_rate": 1.5}}, "tokenizer.max_unk_rate = 1.5: must be in [0, 1]"),
+    ({"sequence": {"max_drop_rate": -0.1}}, "sequence.max_drop_rate = -0.1: must be in [0, 1]"),
+    ({"tokenizer": {"src_vocab_size": "big"}},
+     "tokenizer.src_vocab_size = 'big': must be an integer or auto"),
+    ({"tokenizer": {"tgt_vocab_size": 2}}, "tokenizer.tgt_vocab_size = 2: must be >= 5"),
+    ({"data": {"min_split_rows": -1}}, "data.min_split_rows = -1: must be >= 0"),
 ])
 def test_invalid_params_are_rejected_with_a_named_reason(raw: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -132,11 +138,10 @@ def test_every_numeric_parameter_has_a_range() -> None:
 
 
 def _just_outside(interval: str, integer: bool) -> float:
-    """The nearest value below the lower end of ``interval`` (or above a finite upper end)."""
+    """The nearest value below the lower end of ``interval`` (an open end excludes itself)."""
     lo_open, lo = interval[0] == "(", float(interval[1:].split(",")[0])
-    if not lo_open:
-        return lo - 1 if integer else lo - 0.5
-    return lo  # an open end excludes the end itself
+    bad = lo if lo_open else lo - 1 if integer else lo - 0.5
+    return int(bad) if integer else bad
 
 
 @pytest.mark.parametrize("key", sorted(RANGES))
@@ -146,15 +151,10 @@ def test_each_numeric_parameter_rejects_a_value_below_its_range(key: str) -> Non
     first = default[0] if isinstance(default, list) and default else default
     integer = not isinstance(first, float)  # an empty list or a word (auto): integers
     bad = _just_outside(RANGES[key], integer)
-    bad = int(bad) if integer else float(bad)
-    section, *rest = key.split(".")
     size = len(default) if isinstance(default, list) else 1
-    node: dict = {rest[-1]: [bad] * max(size, 1) if listed else bad}
-    for part in reversed([section, *rest[:-1]]):
-        node = {part: node}
     shown = f"{key}[0]" if listed else key
     with pytest.raises(ConfigError) as err:
-        config_from_dict(node)
+        config_from_dict(nested({key: [bad] * max(size, 1) if listed else bad}))
     assert str(err.value) == f"params: {shown} = {bad!r}: {in_range(bad, RANGES[key])}"
 
 
@@ -184,9 +184,8 @@ def test_a_file_error_is_one_line_naming_the_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("amp", ["bf16", "none"])
 def test_the_full_profile_overrides_existing_keys_with_valid_values(amp: str) -> None:
-    """`make full` (issue 28) is `dvc exp run` with `-S key=value` overrides: each names a key
-    params.yaml already has (a misspelt key would train the default's shape under another
-    name) and the overridden params pass validation, on either `FULL_AMP`."""
+    """`make full` (issue 28) is `dvc exp run -S key=value ...`: each key exists in params.yaml
+    (a misspelt one would train the default's shape) and the result validates, either FULL_AMP."""
     dry = subprocess.run(["make", "-s", "-n", "full", f"FULL_AMP={amp}", "STAMP=Makefile"],
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     words = shlex.split(next(line for line in dry.splitlines() if "dvc exp run" in line))
@@ -205,17 +204,12 @@ def test_the_full_profile_overrides_existing_keys_with_valid_values(amp: str) ->
 
 
 def test_label_smoothing_beside_scheduled_sampling_above_the_cap_gets_one_warning() -> None:
-    from seqcore.config_rules import SS_CAP_WITH_SMOOTHING, risky_settings  # noqa: PLC0415
-
     cfg = load_config(REPO / "params.yaml")
     assert risky_settings(cfg) == []  # the default: no scheduled sampling
-    ss = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, ss_schedule="linear",
-                                                            ss_cap=0.5))
+    ss = replace(cfg, train=replace(cfg.train, ss_schedule="linear", ss_cap=0.5))
     (line,) = risky_settings(ss)
     assert line.startswith("sequence.label_smoothing = 0.1 with scheduled sampling up to "
                            "train.ss_cap = 0.5 (above 0.25)")
-    at_cap = dataclasses.replace(ss, train=dataclasses.replace(ss.train,
-                                                               ss_cap=SS_CAP_WITH_SMOOTHING))
-    no_ls = dataclasses.replace(ss, sequence=dataclasses.replace(ss.sequence,
-                                                                 label_smoothing=0.0))
+    at_cap = replace(ss, train=replace(ss.train, ss_cap=SS_CAP_WITH_SMOOTHING))
+    no_ls = replace(ss, sequence=replace(ss.sequence, label_smoothing=0.0))
     assert risky_settings(at_cap) == risky_settings(no_ls) == []

@@ -7,8 +7,6 @@ import pytest
 from seqcore.data.batching import BucketSampler, epoch_batches
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
 def test_a_bucket_width_of_1_groups_exactly_equal_lengths() -> None:
     lengths = [2, 3, 2, 3, 2, 3, 2, 3]  # one bucket of width 2, two of width 1
     for epoch in range(3):

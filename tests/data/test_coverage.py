@@ -15,8 +15,6 @@ from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from tests.factories import IDS
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_data.py ----------------------------------
-
 E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 
 
@@ -28,9 +26,7 @@ def char_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
                                          TokenizerSettings("char", 40, 1.0), IDS, out))
 
 
-# --- coverage figures -----------------------------------------------------------------------
-def test_unk_stats_count_rows_tokens_rows_with_unk_and_every_unk_token(
-        char_tok: Tokenizer) -> None:
+def test_unk_stats_count_rows_tokens_rows_with_unk_and_every_unk_token(char_tok: Tokenizer) -> None:
     # "ab": 2 tokens; "éaé": UNK a UNK (3 tokens, 2 UNK, one row); "c": 1 token
     assert unk_stats(char_tok, ["ab", f"{E}a{E}", "c"]) == UnkStats(
         rows=3, rows_with_unk=1, tokens=6, unk_tokens=2)
@@ -48,17 +44,13 @@ def test_split_coverage_holds_each_sides_unk_stats_and_the_rows_read_kept_and_dr
         UnkStats(5, 2, 10, 2), UnkStats(5, 1, 7, 1), read=5, kept=3, dropped_for_length=2)
 
 
-def _side(rows: int, rows_with_unk: int, tokens: int, unk: int) -> UnkStats:
-    return UnkStats(rows, rows_with_unk, tokens, unk)
-
-
-CLEAN = _side(4, 0, 10, 0)
+CLEAN = UnkStats(rows=4, rows_with_unk=0, tokens=10, unk_tokens=0)
 
 
 def test_coverage_problems_say_which_figures_are_over_and_which_parameters_to_change() -> None:
     # train over the ceiling: the fix is the side's tokenizer settings; every split over is named
-    cov = {"train": SplitCoverage(CLEAN, _side(10, 2, 20, 4), 10, 10, 0),
-           "dev": SplitCoverage(CLEAN, _side(2, 1, 10, 3), 2, 2, 0),
+    cov = {"train": SplitCoverage(CLEAN, UnkStats(10, 2, 20, 4), 10, 10, 0),
+           "dev": SplitCoverage(CLEAN, UnkStats(2, 1, 10, 3), 2, 2, 0),
            "test": SplitCoverage(CLEAN, CLEAN, 2, 2, 0)}
     assert coverage_problems(cov, 0.1, 0.5, 1) == [(
         "tgt UNK rate train 20.0% (4/20 tokens, 2/10 rows), dev 30.0% (3/10 tokens, 1/2 rows) "
@@ -66,8 +58,8 @@ def test_coverage_problems_say_which_figures_are_over_and_which_parameters_to_ch
         "tokenizer.tgt_vocab_size to suit this side (auto chooses from the data) or raise "
         "tokenizer.character_coverage")]
     # train exactly at the ceiling is not over it: only dev is, so the fix is about dev/test
-    cov = {"train": SplitCoverage(_side(4, 1, 4, 1), CLEAN, 4, 4, 0),
-           "dev": SplitCoverage(_side(2, 1, 2, 1), CLEAN, 2, 2, 0)}
+    cov = {"train": SplitCoverage(UnkStats(4, 1, 4, 1), CLEAN, 4, 4, 0),
+           "dev": SplitCoverage(UnkStats(2, 1, 2, 1), CLEAN, 2, 2, 0)}
     assert coverage_problems(cov, 0.25, 0.5, 1) == [(
         "src UNK rate dev 50.0% (1/2 tokens, 1/2 rows) > tokenizer.max_unk_rate 0.25; "
         "dev/test hold symbols never seen in train: add rows, use a subword model "
@@ -85,35 +77,25 @@ def test_min_split_rows_bounds_dev_and_test_never_train() -> None:
     assert coverage_problems(cov, 0.1, 0.5, 3) == []
 
 
-# -- known answers at the call sites (rule 16); was tests/test_known_answers.py -------------------
-
-# -- 4. guards at, just below and just above their thresholds ------------------------------
+# -- guards at, just below and just above their thresholds (rule 16) ------------------------
 
 #: Thresholds set apart from each other so a guard reading the wrong parameter shows.
 GUARDS = {"tokenizer": {"max_unk_rate": 0.25}, "sequence": {"max_drop_rate": 0.125},
           "data": {"min_split_rows": 3}}
-
-
 #: A count over 4,000,000 tokens (or rows) a hair above or below a quarter / an eighth.
 BIG = 4_000_000
 
 
-def coverage(split: str = "", side: str = "", unk: tuple[int, int] = (0, 10),
+def coverage(split: str, side: str = "", unk: tuple[int, int] = (0, 10),
              drop: tuple[int, int] = (0, 10), kept: int | None = None
              ) -> dict[str, SplitCoverage]:
     """Train/dev/test coverage with no problem, except ``split``: ``unk`` = (UNK tokens,
     tokens) on ``side``, ``drop`` = (dropped, read) rows, ``kept`` rows left."""
-    out = {}
-    for s in ("train", "dev", "test"):
-        clean = UnkStats(10, 0, 10, 0)
-        if s != split:
-            out[s] = SplitCoverage(clean, clean, 10, 10, 0)
-            continue
-        stats = UnkStats(10, min(unk[0], 10), unk[1], unk[0])
-        dropped, read = drop
-        out[s] = SplitCoverage(stats if side == "src" else clean,
-                               stats if side == "tgt" else clean, read,
-                               read - dropped if kept is None else kept, dropped)
+    clean, stats = UnkStats(10, 0, 10, 0), UnkStats(10, min(unk[0], 10), unk[1], unk[0])
+    (dropped, read), kept = drop, drop[1] - drop[0] if kept is None else kept
+    out = {s: SplitCoverage(clean, clean, 10, 10, 0) for s in ("train", "dev", "test")}
+    out[split] = SplitCoverage(stats if side == "src" else clean,
+                               stats if side == "tgt" else clean, read, kept, dropped)
     return out
 
 
@@ -125,8 +107,7 @@ def problems(cov: dict[str, SplitCoverage]) -> list[str]:
 
 @pytest.mark.parametrize("side", ["src", "tgt"])
 @pytest.mark.parametrize("split", ["train", "dev", "test"])
-def test_unk_rate_equal_to_max_unk_rate_passes_and_just_above_stops(split: str,
-                                                                      side: str) -> None:
+def test_unk_rate_equal_to_max_unk_rate_passes_and_just_above_stops(split: str, side: str) -> None:
     assert problems(coverage(split, side, unk=(1, 4))) == []  # exactly 0.25
     assert problems(coverage(split, side, unk=(BIG // 4 - 1, BIG))) == []  # just below
     (msg,) = problems(coverage(split, side, unk=(BIG // 4 + 1, BIG)))  # 0.25 + 2.5e-7

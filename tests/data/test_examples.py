@@ -14,8 +14,6 @@ from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from tests.factories import IDS
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_data.py ----------------------------------
-
 E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 
 
@@ -32,7 +30,6 @@ def _ids(tok: Tokenizer, letters: str) -> list[int]:
     return [tok.encode(ch)[0] for ch in letters]
 
 
-# --- the encoder's reject rows and examples -------------------------------------------------
 def test_encoded_examples_keep_their_fields_and_each_length_reject_names_file_line_and_row(
         char_tok: Tokenizer) -> None:
     # max_src 3 source tokens; max_tgt 3 counts EOS, so a kept target has at most 2 tokens;
@@ -58,8 +55,6 @@ def test_encoded_examples_keep_their_fields_and_each_length_reject_names_file_li
                        Reject(file, 7, "truncated-source", "abcab\tabcb", "altered"),
                        Reject(file, 7, "truncated-target", "abcab\tabcb", "altered")]
 
-
-# -- known answers at the call sites (rule 16); was tests/test_known_answers.py -------------------
 
 def test_lengths_at_max_src_len_and_max_tgt_len_with_eos_are_kept_one_more_is_dropped(
         tmp_path: Path) -> None:

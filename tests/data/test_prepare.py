@@ -14,15 +14,12 @@ from seqcore.data.prepare import Prepared, input_format, prepare_pairs, sample_g
 from seqcore.data.records import BadRowError, Pair, Reject
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_data.py ----------------------------------
-
 def _write(tmp_path: Path, data: bytes, name: str) -> Path:
     path = tmp_path / name
     path.write_bytes(data)
     return path
 
 
-# --- prepare --------------------------------------------------------------------------------
 def test_prepared_summary_counts_rows_groups_rejects_and_variants_per_split() -> None:
     train = [Pair("1", "a", "x", "g1", 1), Pair("2", "a", "y", "g1", 2),
              Pair("3", "b", "z", "g2", 4)]
@@ -68,10 +65,7 @@ def test_prepare_reads_with_every_data_setting_it_is_given(tmp_path: Path) -> No
         prepare_pairs(bad, DataConfig(source="tsv", bad_rows="strict"))
 
 
-# -- known answers at the call sites (rule 16); was tests/test_known_answers.py -------------------
-
-#: 40 rows in 40 groups; each group's split by the keyed hash the docs describe.
-PREPARE_ROWS = 40
+PREPARE_ROWS = 40  # in 40 groups; each group's split by the keyed hash the docs describe
 
 
 def hand_split(group: str, seed: int, dev: float, test: float) -> str:

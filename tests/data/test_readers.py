@@ -8,15 +8,8 @@ import pytest
 from seqcore.data.readers import HeaderError, read_pairs
 from seqcore.data.records import BadRowError, Pair, Reject
 from tests.data_samples import (
-    BAD_JSONL,
-    BAD_JSONL_DROPPED,
-    BAD_JSONL_KEPT_LINES,
-    BAD_TSV,
-    BAD_TSV_COUNTS,
-    BAD_TSV_DROPPED,
-    BAD_TSV_KEPT_LINES,
-    BAD_TSV_LINES,
-)
+    BAD_JSONL, BAD_JSONL_DROPPED, BAD_JSONL_KEPT_LINES, BAD_TSV, BAD_TSV_COUNTS, BAD_TSV_DROPPED,
+    BAD_TSV_KEPT_LINES, BAD_TSV_LINES)
 
 
 def _write(tmp_path: Path, data: bytes, name: str = "user.tsv") -> Path:
@@ -32,9 +25,7 @@ def test_skip_policy_counts_every_bad_row_kind_exactly(tmp_path: Path) -> None:
     assert [p.line for p in res.pairs] == BAD_TSV_KEPT_LINES
 
 
-def test_kept_rows_are_normalised_and_grouped_and_targets_keep_their_case(
-    tmp_path: Path,
-) -> None:
+def test_kept_rows_are_normalised_and_grouped_and_targets_keep_their_case(tmp_path: Path) -> None:
     pairs = read_pairs(_write(tmp_path, BAD_TSV), "tsv", "skip", "nfkc", True).pairs
     got = [(p.source, p.target, p.group) for p in pairs]
     assert got == [("cat", "K AE T", "g1"), ("dog", "D AO G", "g2"), ("cat", "K AA T", "g1"),
@@ -46,8 +37,7 @@ def test_kept_rows_are_normalised_and_grouped_and_targets_keep_their_case(
 
 
 def test_variants_without_a_group_column_share_the_normalised_source_as_group(
-    tmp_path: Path,
-) -> None:
+        tmp_path: Path) -> None:
     path = _write(tmp_path, "Read\tR IY D\nread\tR EH D\nRéad\tX\n".encode())
     pairs = read_pairs(path, "tsv", "skip", "nfc", True).pairs
     assert [p.group for p in pairs] == ["read", "read", "réad"]
@@ -62,21 +52,25 @@ def test_normalisation_none_keeps_compatibility_characters(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("line, reason", BAD_TSV_DROPPED)
 def test_strict_policy_stops_at_the_first_bad_row_with_file_line_and_reason(
-    tmp_path: Path, line: int, reason: str
-) -> None:
+        tmp_path: Path, line: int, reason: str) -> None:
     # the header, one good row, then only the bad row under test
-    data = b"\n".join([BAD_TSV_LINES[0], BAD_TSV_LINES[1], BAD_TSV_LINES[line - 1]]) + b"\n"
-    path = _write(tmp_path, data)
+    path = _write(tmp_path, b"\n".join([*BAD_TSV_LINES[:2], BAD_TSV_LINES[line - 1]]) + b"\n")
     with pytest.raises(BadRowError) as err:
         read_pairs(path, "tsv", "strict", "nfkc", True, label="data/external/user.tsv")
     assert err.value.reject.line == 3 and err.value.reject.reason == reason
     assert str(err.value).startswith(f"data/external/user.tsv:3: {reason}: ")
 
 
-def test_strict_policy_stops_at_a_duplicate(tmp_path: Path) -> None:
-    path = _write(tmp_path, b"cat\tK\nCat\tK\n")
-    with pytest.raises(BadRowError, match=r"user.tsv:2: duplicate: 'Cat\\tK'"):
-        read_pairs(path, "tsv", "strict", "nfkc", True)
+@pytest.mark.parametrize(("data", "name", "match"), [
+    pytest.param(b"cat\tK\nCat\tK\n", "user.tsv", r"user.tsv:2: duplicate: 'Cat\\tK'",
+                 id="test_strict_policy_stops_at_a_duplicate"),
+    pytest.param(BAD_JSONL, "user.jsonl", r"user.jsonl:2: invalid-json: ",
+                 id="test_jsonl_strict_policy_stops_at_the_first_bad_row"),
+])
+def test_strict_policy_stops_at_the_first_bad_row_of_any_format(tmp_path: Path, data: bytes,
+                                                                name: str, match: str) -> None:
+    with pytest.raises(BadRowError, match=match):
+        read_pairs(_write(tmp_path, data, name), name.split(".")[1], "strict", "nfkc", True)
 
 
 def test_strict_policy_applies_and_records_lossless_fixes(tmp_path: Path) -> None:
@@ -86,9 +80,7 @@ def test_strict_policy_applies_and_records_lossless_fixes(tmp_path: Path) -> Non
     assert res.counts()["altered"] == {"bom-stripped": 1, "crlf-stripped": 2}
 
 
-def test_tsv_header_with_an_unknown_column_is_refused_under_both_policies(
-    tmp_path: Path,
-) -> None:
+def test_tsv_header_with_an_unknown_column_is_refused_under_both_policies(tmp_path: Path) -> None:
     path = _write(tmp_path, b"source\ttarget\tgrp\nx\ty\tz\n")
     for policy in ("skip", "strict"):
         with pytest.raises(HeaderError, match="grp"):
@@ -109,15 +101,8 @@ def test_jsonl_skip_policy_lists_every_bad_row(tmp_path: Path) -> None:
         ("c1", "cat", "K AE T", "cat"), ("user.jsonl:8", "</s>", "<unk>", "s")]
 
 
-def test_jsonl_strict_policy_stops_at_the_first_bad_row(tmp_path: Path) -> None:
-    path = _write(tmp_path, BAD_JSONL, "user.jsonl")
-    with pytest.raises(BadRowError, match=r"user.jsonl:2: invalid-json: "):
-        read_pairs(path, "jsonl", "strict", "nfkc", True)
-
-
 def test_cmudict_variants_share_the_headword_group_and_phones_keep_their_case(
-    tmp_path: Path,
-) -> None:
+        tmp_path: Path) -> None:
     path = _write(tmp_path, b"read R IY1 D\nread(2) R EH1 D # past\n;;; note\n", "c.dict")
     res = read_pairs(path, "cmudict", "skip", "nfkc", True)
     assert [(p.id, p.source, p.target, p.group) for p in res.pairs] == [
@@ -140,9 +125,7 @@ def test_reading_stops_at_the_limit_th_kept_pair_and_never_sees_a_later_bad_row(
     assert len(read_pairs(path, "tsv", "skip", "nfkc", True).pairs) == 3  # 0: the whole file
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_data.py ----------------------------------
-
-# --- readers: every reject row names its file, line and text --------------------------------
+# --- every reject row names its file, line and text -----------------------------------------
 def test_tsv_reject_rows_name_the_label_line_and_text_in_line_order(tmp_path: Path) -> None:
     raw = (b"\xef\xbb\xbfCat\tK AE T\r\n"  # line 1: BOM (start) then CR (end): both fixed
            b"\n"                           # line 2: blank

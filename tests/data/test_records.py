@@ -6,18 +6,9 @@ from pathlib import Path
 
 from seqcore.data.examples import Example, read_examples, write_examples
 from seqcore.data.records import (
-    Pair,
-    Reject,
-    read_pairs_jsonl,
-    variant_counts,
-    write_pairs,
-    write_rejects,
-)
+    Pair, Reject, read_pairs_jsonl, variant_counts, write_pairs, write_rejects)
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_data.py ----------------------------------
-
-# --- records: variants, round trips, the rejects file ---------------------------------------
 def test_variant_counts_count_sources_with_several_targets_their_rows_and_split_groups() -> None:
     pairs = [Pair("1", "a", "x", "g1", 1), Pair("2", "a", "y", "g2", 2),      # 2 targets, 2 groups
              Pair("3", "d", "p", "d", 3), Pair("4", "d", "q", "d", 4),

@@ -59,8 +59,7 @@ def cmudict_bytes() -> bytes:
 
 
 def test_cmudict_defaults_give_the_same_split_after_appending_1000_rows(
-    tmp_path: Path, cmudict_bytes: bytes
-) -> None:
+        tmp_path: Path, cmudict_bytes: bytes) -> None:
     rng = random.Random(5)
     words = sorted({line.split(b" ", 1)[0].split(b"(")[0] for line in cmudict_bytes.splitlines()})
     # 500 new words and 500 new pronunciations of existing words (they join their group)

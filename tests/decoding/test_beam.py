@@ -11,9 +11,6 @@ from seqcore.decoding.search import Hypothesis
 from tests.factories import IDS, tiny_model
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
-# --- the beam's pool of finished hypotheses -------------------------------------------------
 def hyp(norm: float) -> Hypothesis:
     return Hypothesis([4], norm * 2, norm, True)
 
@@ -30,13 +27,11 @@ def test_an_empty_pool_s_best_is_one_empty_truncated_hypothesis_scoring_minus_in
     assert [h.norm_score for h in pool.best(2)] == [-0.1, -0.1]
 
 
-# --- beam search's early stop -----------------------------------------------------------------
 @pytest.mark.parametrize("norm", ["gnmt", "avg", "none"])
 def test_beam_search_stopping_early_returns_what_searching_to_the_cap_returns(
         norm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # The early stop (beam._done) ends an example once no live hypothesis can beat its n-th
-    # best finished one; a bound that is too tight would stop before a better one finishes.
-    # Searching to the cap (the stop switched off) is the reference.
+    # best finished one; too tight a bound stops early. Reference: the stop switched off.
     settings = BeamSettings(beam_size=3, n_best=2, length_norm=norm, alpha=0.6)
     runs = []
     for stop in (True, False):

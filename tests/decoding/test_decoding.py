@@ -19,41 +19,13 @@ from seqcore.decoding.greedy import greedy
 from seqcore.decoding.predictions import decode_examples
 from seqcore.decoding.sampling import SamplingSettings, sample
 from seqcore.decoding.search import Hypothesis, Masking
-from seqcore.models.base import EncoderDecoder, Reorderable
-from tests.factories import IDS, tiny_model
+from seqcore.models.base import EncoderDecoder
+from tests.factories import FAMILIES, IDS, IdPieces, tiny_model
 
 SRC_V, TGT_V = 11, 13
-#: Model families decoded by the family-parametrised tests.
-FAMILIES = ["transformer", "gru", "lstm"]
 #: PAD and BOS are never outputs (what the factory bans).
 RULES = Masking(banned=(IDS.pad, IDS.bos))
 EOS_SETTINGS = (2.0, 5.0)  # (weight scale, EOS logit bias): mixed lengths
-
-
-class EosBiased(EncoderDecoder):
-    """A real model with a constant added to its EOS logit, so random-init outputs end at
-    varied lengths; it delegates encode/decode/start/step, so its cache is the model's own."""
-
-    def __init__(self, inner: EncoderDecoder, bias: float) -> None:
-        super().__init__()
-        self.inner, self.bias = inner, bias
-
-    def _shift(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits + self.bias * (torch.arange(logits.shape[-1]) == IDS.eos)
-
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Reorderable:
-        return self.inner.encode(src, src_mask)
-
-    def decode(self, tgt_in: torch.Tensor, memory: Reorderable) -> torch.Tensor:
-        return self._shift(self.inner.decode(tgt_in, memory))
-
-    def start(self, memory: Reorderable) -> Reorderable:
-        return self.inner.start(memory)
-
-    def step(self, tokens: torch.Tensor, memory: Reorderable, state: Reorderable
-             ) -> tuple[torch.Tensor, Reorderable]:
-        logits, state = self.inner.step(tokens, memory, state)
-        return self._shift(logits), state
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +44,10 @@ def varied_model(family: str, seed: int = 0) -> EncoderDecoder:
     with torch.no_grad():  # sharper random distributions, so greedy and samples differ
         for p in model.parameters():
             p.mul_(EOS_SETTINGS[0])
-    return EosBiased(model, EOS_SETTINGS[1]).eval()
+    # a constant on the EOS logit (decode and cached step both end in proj): varied lengths
+    eos = EOS_SETTINGS[1] * (torch.arange(TGT_V) == IDS.eos)
+    model.proj.register_forward_hook(lambda module, args, logits: logits + eos)
+    return model.eval()
 
 
 def source_batch(b: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,9 +59,12 @@ def source_batch(b: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return src.masked_fill(~mask, IDS.pad), mask
 
 
+def ones(src: torch.Tensor) -> torch.Tensor:
+    """The all-real mask of an unpadded (B, S) source."""
+    return torch.ones_like(src, dtype=torch.bool)
+
+
 # --- an oracle model: next-token log-probs are a fixed function of (source, prefix) ---------
-
-
 @dataclass
 class Rows:
     """Oracle memory/state: (N, t) token history per row (reorderable like a real cache)."""
@@ -133,7 +111,7 @@ class Oracle(EncoderDecoder):
 def enumerate_all(model: Oracle, first: int, max_len: int) -> list[tuple[list[int], float, bool]]:
     """Every output (tokens, log-prob, eos) up to max_len generated tokens, by brute force."""
     src = torch.tensor([[first]])
-    memory = model.encode(src, torch.ones_like(src, dtype=torch.bool))
+    memory = model.encode(src, ones(src))
     others = [v for v in range(5) if v != IDS.eos]
     out = []
     for n in range(max_len + 1):
@@ -158,14 +136,21 @@ def teacher_forced_score(model: EncoderDecoder, src: torch.Tensor, mask: torch.T
     return float(sum(logp[i, y] for i, y in enumerate(labels)))
 
 
-# --- rules -------------------------------------------------------------------------------
+def all_strategies(model: EncoderDecoder, src: torch.Tensor, mask: torch.Tensor,
+                   caps: int | list[int], rules: Masking) -> list[tuple[int, Hypothesis]]:
+    """(example row, hypothesis) from greedy, then beam (4-best, avg), then sampling."""
+    out = list(enumerate(greedy(model, src, mask, IDS, caps, masking=rules)))
+    beams = beam_search(model, src, mask, IDS, caps, BeamSettings(4, 4, "avg"), rules)
+    out += [(i, h) for i, nbest in enumerate(beams) for h in nbest]
+    samples = sample(model, src, mask, IDS, [str(i) for i in range(src.shape[0])], caps,
+                     SamplingSettings(seed=1), rules)
+    return out + list(enumerate(samples))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_beam_of_one_equals_greedy(family: str) -> None:
     model, (src, mask) = varied_model(family), source_batch(6)
-    caps = [9, 3, 12, 6, 1, 10]
-    rules = Masking(min_len=2, banned=RULES.banned)
+    caps, rules = [9, 3, 12, 6, 1, 10], Masking(min_len=2, banned=RULES.banned)
     g = greedy(model, src, mask, IDS, caps, masking=rules)
     b = beam_search(model, src, mask, IDS, caps, BeamSettings(1, 1, "none"), rules)
     assert [h.tokens for h in g] == [n[0].tokens for n in b]
@@ -199,11 +184,11 @@ def test_wide_beam_equals_exhaustive_search(norm: str) -> None:
     firsts = [5, 10, 26]  # 10 and 26: a stop bound at the next length only would stop early
     src = torch.tensor([[f] for f in firsts])
     # 5120 = 5 * 4**5 slots: every candidate of every step fits, so only the stop rule prunes.
-    got = beam_search(model, src, torch.ones_like(src, dtype=torch.bool), IDS, max_len,
+    got = beam_search(model, src, ones(src), IDS, max_len,
                       BeamSettings(5120, 1, norm, 0.8))  # type: ignore[arg-type]
+    lp = lambda n: float(length_penalty(torch.tensor(n), norm, 0.8))  # noqa: E731
     for first, nbest in zip(firsts, got, strict=True):
         table = enumerate_all(model, first, max_len)
-        lp = lambda n: float(length_penalty(torch.tensor(n), norm, 0.8))  # noqa: E731
         toks, score, eos = max(table, key=lambda r: r[1] / lp(len(r[0]) + r[2]))
         assert (nbest[0].tokens, nbest[0].eos) == (toks, eos)
         assert nbest[0].score == pytest.approx(score, abs=1e-4)
@@ -222,24 +207,20 @@ def test_normalisations_choose_different_outputs_on_the_oracle() -> None:
 
 
 def test_wide_beam_n_best_equals_exhaustive_top_n() -> None:
-    model = Oracle(seed=5, eos_bias=1.0)
-    src = torch.tensor([[6]])
-    got = beam_search(model, src, torch.ones_like(src, dtype=torch.bool), IDS, 6,
-                      BeamSettings(5120, 4, "avg"))[0]
+    model, src = Oracle(seed=5, eos_bias=1.0), torch.tensor([[6]])
+    got = beam_search(model, src, ones(src), IDS, 6, BeamSettings(5120, 4, "avg"))[0]
     table = sorted(enumerate_all(model, 6, 6), key=lambda r: -r[1] / (len(r[0]) + r[2]))
     assert [(h.tokens, h.eos) for h in got] == [(t, e) for t, e in [r[::2] for r in table[:4]]]
 
 
 def test_beam_ties_go_to_the_lower_token_then_the_earlier_hypothesis() -> None:
-    model = Oracle(seed=0)
+    model, src = Oracle(seed=0), torch.tensor([[4]])
     model.table[:] = torch.tensor([-1.0, 0.0, -1.0, -9.0, 0.0])  # tokens 1 and 4 always tie
-    src = torch.tensor([[4]])
-    got = beam_search(model, src, torch.ones_like(src, dtype=torch.bool), IDS, 2,
-                      BeamSettings(2, 2, "none"))[0]
+    got = beam_search(model, src, ones(src), IDS, 2, BeamSettings(2, 2, "none"))[0]
     # step 0: [1] before [4]; step 1: all four extensions tie -> token 1 first, from the
     # earlier hypothesis first: [1, 1], [4, 1] (token-major), not [1, 1], [1, 4] (parent-major)
     assert [h.tokens for h in got] == [[1, 1], [4, 1]]
-    assert greedy(model, src, torch.ones_like(src, dtype=torch.bool), IDS, 2)[0].tokens == [1, 1]
+    assert greedy(model, src, ones(src), IDS, 2)[0].tokens == [1, 1]
 
 
 def test_length_penalty_formulas() -> None:
@@ -250,24 +231,12 @@ def test_length_penalty_formulas() -> None:
     assert length_penalty(lengths, "gnmt", 0.6).tolist() == pytest.approx([1.0, 2**0.6])
 
 
-def all_strategies(model: EncoderDecoder, src: torch.Tensor, mask: torch.Tensor,
-                   caps: int | list[int], rules: Masking) -> list[tuple[int, Hypothesis]]:
-    """(example row, hypothesis) from greedy, then beam (4-best, avg), then sampling."""
-    ex_ids = [str(i) for i in range(src.shape[0])]
-    out = list(enumerate(greedy(model, src, mask, IDS, caps, masking=rules)))
-    beams = beam_search(model, src, mask, IDS, caps, BeamSettings(4, 4, "avg"), rules)
-    out += [(i, h) for i, nbest in enumerate(beams) for h in nbest]
-    samples = sample(model, src, mask, IDS, ex_ids, caps, SamplingSettings(seed=1), rules)
-    return out + list(enumerate(samples))
-
-
 def test_eos_is_never_emitted_before_min_len() -> None:
     model = Oracle(seed=2, eos_bias=4.0)  # EOS is by far the likeliest token everywhere
     src = torch.tensor([[4], [5], [6]])
-    mask = torch.ones_like(src, dtype=torch.bool)
-    unconstrained = all_strategies(model, src, mask, 6, Masking())
+    unconstrained = all_strategies(model, src, ones(src), 6, Masking())
     assert min(len(h.tokens) for _, h in unconstrained) < 3  # the rule below has work to do
-    for _, h in all_strategies(model, src, mask, 6, Masking(min_len=3)):
+    for _, h in all_strategies(model, src, ones(src), 6, Masking(min_len=3)):
         assert len(h.tokens) >= 3
 
 
@@ -285,10 +254,8 @@ def test_hypothesis_never_continues_after_eos(family: str) -> None:
 
 def test_max_len_is_honoured_and_marked_truncated() -> None:
     model = Oracle(seed=4, eos_bias=-30.0)  # EOS practically never wins
-    src = torch.tensor([[4], [5], [6]])
-    caps = [2, 4, 6]
-    hyps = all_strategies(model, src, torch.ones_like(src, dtype=torch.bool), caps, Masking())
-    for row, h in hyps:
+    src, caps = torch.tensor([[4], [5], [6]]), [2, 4, 6]
+    for row, h in all_strategies(model, src, ones(src), caps, Masking()):
         assert len(h.tokens) == caps[row] and not h.eos
 
 
@@ -303,11 +270,10 @@ def test_sampling_with_top_k_one_equals_greedy(family: str) -> None:
 
 def test_same_seed_gives_same_samples_with_batch_of_one_and_of_32() -> None:
     model, (src, mask) = varied_model("transformer"), source_batch(32, seed=9)
-    ex_ids = [f"ex{i}" for i in range(32)]
-    cfg = SamplingSettings(temperature=1.5, seed=11)
+    ex_ids, cfg = [f"ex{i}" for i in range(32)], SamplingSettings(temperature=1.5, seed=11)
     batched = sample(model, src, mask, IDS, ex_ids, 12, cfg, RULES)
-    alone = [sample(model, src[i : i + 1, : int(mask[i].sum())], mask[i : i + 1, : int(mask[i].sum())],
-                    IDS, ex_ids[i : i + 1], 12, cfg, RULES)[0] for i in range(32)]
+    alone = [sample(model, src[i : i + 1, :n], mask[i : i + 1, :n], IDS, ex_ids[i : i + 1], 12,
+                    cfg, RULES)[0] for i, n in enumerate(mask.sum(1).tolist())]
     assert [h.tokens for h in batched] == [h.tokens for h in alone]
     reseeded = sample(model, src, mask, IDS, ex_ids, 12, SamplingSettings(1.5, seed=12), RULES)
     assert [h.tokens for h in reseeded] != [h.tokens for h in batched]  # the seed matters
@@ -333,17 +299,11 @@ def test_decoding_runs_in_eval_mode_without_a_gradient_graph() -> None:
 
 
 def test_n_best_fills_the_prediction_rows() -> None:
-    class Pieces:
-        def decode(self, tokens: list[int]) -> str:
-            return " ".join(map(str, tokens))
-
-        def piece(self, token: int) -> str:
-            return str(token)
-
-    model = varied_model("transformer")
     examples = [Example(f"e{i}", "g", "src", "ref", [4 + i, 5, 6], [4], True) for i in range(3)]
     cfg = DecodeConfig(strategy="beam", beam_size=4, n_best=3, max_len=8, max_len_ratio=1.0)
-    rows = decode_examples(model, examples, make_decoder(cfg, IDS), IDS, Pieces(), 2)  # type: ignore[arg-type]
+    rows = decode_examples(varied_model("transformer"), examples, make_decoder(cfg, IDS), IDS,
+                           IdPieces(), 2)  # type: ignore[arg-type]
     for r in rows:
         assert len(r.nbest) == 2 and r.length == len(r.tokens) <= math.ceil(1.0 * 3) + 5
-        assert r.norm_score >= max(float(n["norm_score"]) for n in r.nbest)  # type: ignore[arg-type]
+        assert r.norm_score >= max(
+            float(n["norm_score"]) for n in r.nbest)  # type: ignore[arg-type]

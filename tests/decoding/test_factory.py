@@ -17,17 +17,11 @@ from seqcore.sequences import make_batch
 from tests.factories import IDS, examples, tiny_model
 
 
-# -- rules checked where they take effect; was tests/test_callsites.py ----------------------------
-
-#: One layer each way and 16 positions: the smallest Transformer these rules need.
-SMALL = {"enc_layers": 1, "dec_layers": 1, "max_len": 16}
-
-
-# -- the decoder the decode stage builds -------------------------------------------------------
 def decode_inputs() -> tuple[Transformer, torch.Tensor, torch.Tensor, list[Example]]:
+    """The smallest Transformer (one layer each way, 16 positions) and a batch of 6."""
     data = examples(6, seed=5, high=10)
     b = make_batch(data, IDS)
-    return tiny_model(**SMALL), b.src, b.src_mask, data
+    return tiny_model(enc_layers=1, dec_layers=1, max_len=16), b.src, b.src_mask, data
 
 
 def test_make_decoder_holds_every_beam_setting_of_the_decode_section() -> None:

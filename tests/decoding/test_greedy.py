@@ -10,8 +10,6 @@ from seqcore.decoding.greedy import greedy
 from tests.factories import IDS, tiny_model
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
 def test_greedy_hypotheses_are_unnormalised_their_norm_score_is_their_score() -> None:
     model = tiny_model(enc_layers=1, dec_layers=1).eval()
     src = torch.randint(4, 10, (3, 5), generator=torch.Generator().manual_seed(0))

@@ -3,41 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from seqcore.artifacts.predictions import PredictionRow, Predictions
-from seqcore.config import Config, DecodeConfig, config_from_dict
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.config import DecodeConfig, config_from_dict
 from seqcore.data.examples import Example
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
-from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
-from seqcore.tasks.parallel.evaluate import eval_spec
-from tests.factories import IDS, tiny_model
-
-
-# -- known answers at the call sites (rule 16); was tests/test_known_answers.py -------------------
-
-def evaluated_failures(rows: list[PredictionRow], cfg: Config, tmp_path: Path
-                       ) -> dict[str, Any]:
-    """The failure part of metrics.json, through the predictions file as evaluate reads it."""
-    path = tmp_path / "test.jsonl"
-    Predictions(rows).save(path)
-    ev = evaluate_predictions(Predictions.load(path).rows, eval_spec(cfg))
-    flagged = {k: [e["id"] for e in ev.failures[k]["examples"]] for k in
-               ("empty", "truncated", "repeated", "illegal")}
-    return {"metrics": prediction_metrics(ev)["failures"], "ids": flagged}
-
-
-class IdPieces:
-    """A target tokenizer stand-in: a token's piece is its id."""
-
-    def decode(self, tokens: list[int]) -> str:
-        return " ".join(map(str, tokens))
-
-    def piece(self, token: int) -> str:
-        return str(token)
+from tests.factories import IDS, IdPieces, evaluated_failures, tiny_model
 
 
 def greedy_rows(eos_bias: float, max_len: int) -> list[PredictionRow]:
@@ -61,8 +35,7 @@ def test_greedy_decode_hitting_max_len_writes_eos_false_and_is_flagged_truncated
     assert got["metrics"]["empty"]["count"] == 0
 
 
-def test_greedy_decode_ending_on_eos_writes_eos_true_and_is_not_truncated(
-        tmp_path: Path) -> None:
+def test_greedy_decode_ending_on_eos_writes_eos_true_and_is_not_truncated(tmp_path: Path) -> None:
     rows = greedy_rows(1e4, max_len=5)  # EOS wins at once: empty hypotheses that did end
     assert [(r.hypothesis, r.tokens, r.length, r.eos) for r in rows] == [("", [], 0, True)] * 3
     got = evaluated_failures(rows, config_from_dict({"task": "parallel"}), tmp_path)

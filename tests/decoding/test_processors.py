@@ -7,17 +7,8 @@ import pytest
 import torch
 
 from seqcore.decoding.processors import (
-    ban_tokens,
-    min_length,
-    no_repeat_ngram,
-    temperature,
-    top_k,
-    top_p,
-)
+    ban_tokens, min_length, no_repeat_ngram, temperature, top_k, top_p)
 from seqcore.decoding.sampling import inverse_cdf
-
-INF = float("-inf")
-
 
 def kept(scores: torch.Tensor) -> list[list[int]]:
     return [torch.isfinite(row).nonzero()[:, 0].tolist() for row in scores]
@@ -78,17 +69,14 @@ def test_ban_tokens_masks_the_given_columns() -> None:
 
 
 def test_inverse_cdf_draws_by_cumulative_probability_and_never_a_masked_token() -> None:
-    probs = torch.tensor([0.25, 0.0, 0.5, 0.25])
-    scores = probs.log().expand(5, 4)
+    scores = torch.tensor([0.25, 0.0, 0.5, 0.25]).log().expand(5, 4)
     u = torch.tensor([0.0, 0.2499, 0.26, 0.74, 0.9999])
     assert inverse_cdf(scores, u).tolist() == [0, 0, 2, 2, 3]
     assert math.isinf(float(scores[0, 1]))
-    assert inverse_cdf(torch.tensor([[INF, 0.0, INF]]), torch.tensor([0.0])).tolist() == [1]
+    masked = torch.tensor([[-math.inf, 0.0, -math.inf]])
+    assert inverse_cdf(masked, torch.tensor([0.0])).tolist() == [1]
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
-# --- the nucleus filter's range -------------------------------------------------------------
 def test_top_p_stops_at_the_token_whose_mass_reaches_p_exactly() -> None:
     scores = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
     assert torch.softmax(scores, -1)[0, 0] == 0.5  # the mass is exact in float32

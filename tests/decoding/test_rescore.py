@@ -1,7 +1,5 @@
-"""System combination (issue 28): the model rescores the baseline's n-best list. The model's
-log probability of each candidate is checked against the teacher-forced NLL that evaluate
-computes (seqcore.metrics.teacher), and the two ends of the weight against each system's
-own ranking."""
+"""System combination (issue 28): the model rescores the baseline's n-best list; its log
+probabilities against evaluate's teacher-forced NLL, the weight's ends against each ranking."""
 
 from __future__ import annotations
 
@@ -14,8 +12,8 @@ from seqcore.data.examples import Example
 from seqcore.decoding.rescore import Candidate, candidates, model_log_probs, rescore
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tasks.parallel.decode import baseline_rows
-from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from seqcore.tasks import ignored_settings, task_checked
+from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from tests.factories import IDS, tiny_model
 
 PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
@@ -88,10 +86,9 @@ def test_rescoring_data_the_baseline_skipped_is_ignored_with_a_note(tmp_path) ->
     folder = tmp_path / "baseline"
     BaselineRecord("none", skipped="baseline.kind is auto and 3 of 3 train sources contain "
                    "whitespace").save(folder)
-    cfg = config_from_dict({"task": "parallel", "data": {"source": "tsv", "path": "x.tsv"},
-                            "paths": {"raw": "data/raw/x.tsv", "baseline": str(folder)},
-                            })
-    rows, note = baseline_rows(cfg)
+    rows, note = baseline_rows(config_from_dict({
+        "task": "parallel", "data": {"source": "tsv", "path": "x.tsv"},
+        "paths": {"raw": "data/raw/x.tsv", "baseline": str(folder)}}))
     assert rows is None and note == (
         "decode.rescore = 'baseline' is ignored: the baseline stage skipped this data "
         "(baseline.kind is auto and 3 of 3 train sources contain whitespace)")

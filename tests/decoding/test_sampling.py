@@ -10,8 +10,6 @@ import torch
 from seqcore.decoding.sampling import draw_uniforms, example_seed
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
 def test_an_example_s_seed_is_the_first_8_bytes_of_sha256_little_endian_and_63_bits() -> None:
     digest = hashlib.sha256(b"12\x00word-7").digest()
     assert example_seed(12, "word-7") == int.from_bytes(digest[:8], "little") % 2**63

@@ -11,9 +11,6 @@ from seqcore.decoding.search import Masking, check_inputs, length_caps, mask_sco
 from tests.factories import tiny_model
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
-# --- the search's inputs, caps and masking --------------------------------------------------
 def test_the_search_refuses_a_training_model_a_non_bool_mask_and_mismatched_shapes() -> None:
     model = tiny_model(enc_layers=1, dec_layers=1)
     src = torch.ones(2, 4, dtype=torch.long)

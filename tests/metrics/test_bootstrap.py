@@ -1,6 +1,5 @@
-"""Intervals and paired significance (seqcore.metrics.bootstrap; issue 27): known answers on
-constructed predictions, the group resampling, determinism; the lm task's perplexity
-intervals over documents."""
+"""Intervals and paired significance (seqcore.metrics.bootstrap; issue 27): known answers,
+group resampling, determinism; the lm task's perplexity intervals over documents."""
 from __future__ import annotations
 
 import json
@@ -12,45 +11,34 @@ import numpy as np
 import pytest
 
 from seqcore.artifacts.base import json_text
-from seqcore.config import config_from_dict
-from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.bootstrap import (
-    COLUMNS,
-    METRICS,
-    NANO,
-    Resampling,
-    document_interval,
-    group_sums,
-    intervals,
-    nll_matrix,
-    paired,
-    resample_counts,
-    row_matrix,
-)
+    COLUMNS, METRICS, NANO, Resampling, document_interval, group_sums, intervals, nll_matrix,
+    paired, resample_counts, row_matrix)
 from seqcore.metrics.evaluation import evaluate_predictions
-from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.scores import error_stats
 from seqcore.metrics.teacher import TeacherStats
 from seqcore.nulls import null_undefined
-from tests.factories import make_rows
+from tests.factories import g2p, make_rows
 
 R = Resampling(1000, 12345, 0.95)
 
 
-def system(right: list[bool], refs: int = 1) -> np.ndarray:
-    """Per-group sums of a system that is right (exact) on word i when right[i]; each word
-    has ``refs`` rows (pronunciations) that are all right or all wrong."""
-    stats, groups = [], []
-    for i, ok in enumerate(right):
-        for k in range(refs):
-            stats.append(error_stats("A B" if ok else "A C", "A B"))
-            groups.append(f"w{i:05d}")
-    return group_sums(row_matrix(stats), groups)
+def system(right: list[bool]) -> np.ndarray:
+    """Per-group sums of a system that is right (exact) on word i when right[i]."""
+    stats = [error_stats("A B" if ok else "A C", "A B") for ok in right]
+    return group_sums(row_matrix(stats), [f"w{i:05d}" for i in range(len(right))])
+
+
+def percentile(values: list[float], q: float) -> float:
+    """numpy's default (linear) percentile, by hand."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    return ordered[lo] + (ordered[min(lo + 1, len(ordered) - 1)] - ordered[lo]) * (pos - lo)
 
 
 def test_two_identical_systems_differ_by_zero_with_p_one() -> None:
-    rng = np.random.default_rng(0)
-    a = system(list(rng.random(500) < 0.7))
+    a = system(list(np.random.default_rng(0).random(500) < 0.7))
     res = paired(a, a.copy(), R)
     for name in ("word_error_rate", "token_error_rate", "char_error_rate", "exact_match"):
         r = res[name]
@@ -82,22 +70,17 @@ def test_the_interval_matches_a_hand_computation_with_the_same_seed() -> None:
     # By hand: draw each resample's word counts from the same generator, expand the words,
     # count the errors, then the 25th/75th percentiles by linear interpolation.
     counts = np.random.Generator(np.random.PCG64(3)).multinomial(5, [0.2] * 5, size=7)
-    wers = sorted(sum(c for c, ok in zip(row, right) if not ok) / 5 for row in counts)
-    def pct(q: float) -> float:
-        pos = q * (len(wers) - 1)
-        lo = math.floor(pos)
-        return wers[lo] + (wers[min(lo + 1, len(wers) - 1)] - wers[lo]) * (pos - lo)
-    assert got == {"low": pytest.approx(pct(0.25)), "high": pytest.approx(pct(0.75))}
+    wers = [sum(c for c, ok in zip(row, right) if not ok) / 5 for row in counts]
+    assert got == {"low": pytest.approx(percentile(wers, 0.25)),
+                   "high": pytest.approx(percentile(wers, 0.75))}
     assert counts.sum(1).tolist() == [5] * 7 and (resample_counts(5, r) == counts).all()
 
 
 def test_resampling_words_gives_a_wider_interval_than_resampling_rows() -> None:
-    # 300 words of 3 pronunciations each, the three right or wrong together: the rows of a
-    # word are one trial, not three; resampling rows understates the uncertainty.
-    rng = np.random.default_rng(1)
-    right = list(rng.random(300) < 0.6)
-    stats = [error_stats("A B" if ok else "A C", "A B") for ok in right for _ in range(3)]
-    m = row_matrix(stats)
+    # 300 words of 3 pronunciations each, right or wrong together: a word's rows are one
+    # trial, not three; resampling rows understates the uncertainty.
+    right = list(np.random.default_rng(1).random(300) < 0.6)
+    m = row_matrix([error_stats("A B" if ok else "A C", "A B") for ok in right for _ in range(3)])
     by_word = intervals(group_sums(m, [f"w{i // 3}" for i in range(900)]), R)
     by_row = intervals(group_sums(m, [f"r{i:04d}" for i in range(900)]), R)
     width = {k: v["high"] - v["low"] for k, v in (("word", by_word["word_error_rate"]),
@@ -106,8 +89,7 @@ def test_resampling_words_gives_a_wider_interval_than_resampling_rows() -> None:
 
 
 def test_the_same_seed_gives_the_same_numbers_another_seed_only_monte_carlo_noise() -> None:
-    rng = np.random.default_rng(2)
-    sums = system(list(rng.random(2000) < 0.7))
+    sums = system(list(np.random.default_rng(2).random(2000) < 0.7))
     first, again = intervals(sums, R), intervals(sums, R)
     assert first == again
     other = intervals(sums, Resampling(1000, 999, 0.95))
@@ -121,8 +103,7 @@ def test_every_headline_interval_holds_its_point_estimate_perplexity_included() 
     rows = make_rows()
     teacher = {r.id: TeacherStats(nll=1.0 + i % 3, tokens=3, correct=1)
                for i, r in enumerate(rows)}
-    spec = eval_spec(config_from_dict({"evaluate": {"bootstrap_samples": 200}}),
-                     is_illegal_phoneme)
+    spec, off = (g2p({"bootstrap_samples": n}) for n in (200, 0))
     ev = evaluate_predictions(rows, spec, teacher)
     assert set(ev.intervals) == {"word_error_rate", "word_error_rate_multi_ref", "exact_match",
                                  "exact_match_multi_ref", "token_error_rate",
@@ -132,35 +113,22 @@ def test_every_headline_interval_holds_its_point_estimate_perplexity_included() 
                                      / sum(t.tokens for t in teacher.values())))
     for name, bounds in ev.intervals.items():
         assert bounds["low"] <= point[name] <= bounds["high"], (name, bounds, point[name])
-    off = eval_spec(config_from_dict({"evaluate": {"bootstrap_samples": 0}}), is_illegal_phoneme)
     assert evaluate_predictions(rows, off, teacher).intervals == {}
     assert "perplexity" not in evaluate_predictions(rows, spec).intervals  # no teacher: none
 
 
 def test_resampled_sums_are_exact_integers_nll_in_nano_nats() -> None:
-    stats = [error_stats("A", "A")] * 2
-    m = row_matrix(stats, [(0.1, 2), (0.2, 3)])
+    m = row_matrix([error_stats("A", "A")] * 2, [(0.1, 2), (0.2, 3)])
     assert m.dtype == np.int64 and m[:, COLUMNS.index("nll_nano")].tolist() == [
         100_000_000, 200_000_000]
     assert R.signature("group") == "ci:95|bs:1000|rs:12345|by:group"
 
 
 # -- the lm task: perplexity intervals over documents --------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    """numpy's default (linear) percentile, by hand."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    return ordered[lo] + (ordered[min(lo + 1, len(ordered) - 1)] - ordered[lo]) * (pos - lo)
-
-
 def test_the_document_interval_of_perplexity_matches_a_hand_computation_with_the_same_seed(
 ) -> None:
     docs = [(2.0, 4), (9.0, 3), (1.5, 5)]  # (NLL in nats, tokens) of three documents
-    r = Resampling(7, 3, 0.5)
-    got = document_interval(docs, r)
+    got = document_interval(docs, Resampling(7, 3, 0.5))
     # By hand: each resample draws the three documents with the generator's counts; its
     # perplexity is exp(sum of the drawn documents' NLL / sum of their tokens).
     counts = np.random.Generator(np.random.PCG64(3)).multinomial(3, [1 / 3] * 3, size=7)
@@ -212,14 +180,12 @@ def test_no_documents_give_null_bounds_and_one_document_a_degenerate_interval() 
     assert Resampling().signature("document") == "ci:95|bs:1000|rs:12345|by:document"
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
+# -- the metrics of summed statistics, and paired comparisons' edges (issue 32) -----------------
 def summed(**values: int) -> np.ndarray:
     """One row of summed statistics (COLUMNS), zero where not given."""
     return np.array([values.get(c, 0) for c in COLUMNS], dtype=np.int64)
 
 
-# --- the metrics of summed statistics -------------------------------------------------------
 def test_each_headline_metric_of_summed_statistics_has_its_known_value() -> None:
     s = summed(n=4, exact=1, exact_multi=2, token_edits=3, ref_tokens=10, token_edits_multi=2,
                ref_tokens_multi=10, char_edits=5, ref_chars=20,
@@ -231,8 +197,7 @@ def test_each_headline_metric_of_summed_statistics_has_its_known_value() -> None
         "char_error_rate": 0.25, "perplexity": 2.0}, rel=1e-9)
 
 
-def test_metrics_of_no_rows_are_nan_and_an_overflowing_perplexity_is_inf_without_warnings(
-        ) -> None:
+def test_metrics_of_no_rows_are_nan_and_an_overflowing_perplexity_is_inf_without_warnings() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's divide, invalid and overflow warnings
         assert all(math.isnan(float(f(summed()))) for f in METRICS.values())
@@ -242,18 +207,11 @@ def test_metrics_of_no_rows_are_nan_and_an_overflowing_perplexity_is_inf_without
         assert math.isinf(float(METRICS["perplexity"](summed(nll_nano=5))))  # 5 / 0 tokens
 
 
-# --- paired comparisons: the edges ----------------------------------------------------------
 A = np.array([summed(n=1, exact=1), summed(n=1, exact=0), summed(n=1, exact=1)])
-
-
 B = np.array([summed(n=1, exact=1), summed(n=1, exact=1), summed(n=1, exact=1)])
-
-
 #: Four words on which A and B differ, three ways in B's favour: a swap of two opposite
 #: words cancels the difference, so how many trials are as extreme depends on the draws.
 A4 = np.array([summed(n=1, exact=e) for e in (0, 0, 0, 1)])
-
-
 B4 = np.array([summed(n=1, exact=e) for e in (1, 1, 1, 0)])
 
 
@@ -273,13 +231,12 @@ def test_an_undefined_metric_does_not_end_the_comparison_of_the_others() -> None
 def test_the_randomization_draws_its_swaps_from_the_seed_after_the_bootstraps() -> None:
     # approximate randomization: word i of A and B swapped where the PCG64(seed + 1) draw
     # is 1 (the bootstrap's own resamples use PCG64(seed)); p = (1 + as extreme) / (1 + S)
-    r = Resampling(samples=300, seed=7)
     swaps = np.random.Generator(np.random.PCG64(8)).integers(0, 2, size=(300, 4))
     wer = METRICS["word_error_rate"]
     extreme = sum(abs(float(wer((B4 - (B4 - A4) * s[:, None]).sum(0)))
                       - float(wer((A4 + (B4 - A4) * s[:, None]).sum(0)))) >= 0.5 - 1e-12
                   for s in swaps)
-    out = paired(A4, B4, r, ["word_error_rate"])
+    out = paired(A4, B4, Resampling(samples=300, seed=7), ["word_error_rate"])
     assert set(out) == {"word_error_rate"}  # the metrics asked for, no others
     assert out["word_error_rate"].delta == -0.5
     assert out["word_error_rate"].p_randomization == (1 + extreme) / 301
@@ -287,8 +244,7 @@ def test_the_randomization_draws_its_swaps_from_the_seed_after_the_bootstraps() 
 
 
 def test_rows_without_teacher_forced_statistics_have_no_perplexity() -> None:
-    stats = [SimpleNamespace(**{c: 1 for c in COLUMNS[:9]})] * 2
-    m = row_matrix(stats)
+    m = row_matrix([SimpleNamespace(**{c: 1 for c in COLUMNS[:9]})] * 2)
     assert m.dtype == np.int64 and m[:, 9:].tolist() == [[0, 0], [0, 0]]
     assert math.isnan(float(METRICS["perplexity"](m.sum(0))))
     sums = group_sums(m, ["b", "a"])

@@ -9,46 +9,20 @@ import numpy as np
 import pytest
 
 from seqcore.artifacts.predictions import PredictionRow
-from seqcore.decoding.search import Hypothesis
 from seqcore.metrics.bootstrap import METRICS, Resampling
 from seqcore.metrics.comparison import (
-    FAILURE_RATES,
-    NotComparable,
-    _rate,
-    check_same_rows,
-    compare_rows,
-    paired_headline,
-)
+    FAILURE_RATES, NotComparable, _rate, check_same_rows, compare_rows, paired_headline)
 from seqcore.metrics.evaluation import EvalSpec
 from seqcore.metrics.failures import KINDS, FailureRules
 from seqcore.metrics.scores import ErrorStats
-
-
-# -- issue 32, third mutant tranche; was tests/test_pins_metrics.py -------------------------------
+from tests.factories import row, spec
 
 NO_RESAMPLES = Resampling(samples=0)
-
-
 HEADLINE = set(METRICS) - {"perplexity"}  # predictions carry no teacher-forced NLL
 
 
-def row(rid: str, ref: str, hyp: str, group: str | None = None, eos: bool = True
-        ) -> PredictionRow:
-    """A predictions row of ``hyp`` against ``ref`` (its own group unless given)."""
-    toks = hyp.split()
-    return PredictionRow(rid, group or f"w{rid}", f"src{rid}", ref, hyp, [0] * len(toks), toks,
-                         -1.0, -1.0, len(toks), eos, [])
-
-
-def spec(edges: tuple[int, ...] = (), group_by: str = "none",
-         illegal: object = None) -> EvalSpec:
-    return EvalSpec(edges, FailureRules(2, 3, 1), group_by, illegal)  # type: ignore[arg-type]
-
-
-# --- paired comparisons ---------------------------------------------------------------------
 def three_words() -> tuple[list[PredictionRow], list[PredictionRow]]:
-    """A and B on two pronunciations of "either" (one group) and "cat"; B exact everywhere,
-    given in the reverse order."""
+    """A and B on two pronunciations of "either" (one group) and "cat"; B exact, reversed."""
     a = [row("1", "IY DH ER", "AY DH ER", "either"), row("2", "AY DH ER", "AY DH ER", "either"),
          row("3", "K AE T", "K AE", "cat")]
     b = [row("3", "K AE T", "K AE T", "cat"), row("2", "AY DH ER", "AY DH ER", "either"),
@@ -72,8 +46,7 @@ def test_the_paired_headline_is_b_minus_a_of_each_metric_of_the_rows_by_hand() -
         assert (res.a, res.b, res.delta) == pytest.approx(
             (want_a[name], want_b[name], want_b[name] - want_a[name])), name
         assert math.isnan(res.low) and math.isnan(res.p_randomization)
-    only = paired_headline(a, b, NO_RESAMPLES, ("exact_match",))
-    assert set(only) == {"exact_match"}
+    assert set(paired_headline(a, b, NO_RESAMPLES, ("exact_match",))) == {"exact_match"}
 
 
 def test_the_paired_headline_uses_the_statistics_it_is_given_and_pairs_b_by_row_id() -> None:
@@ -85,13 +58,10 @@ def test_the_paired_headline_uses_the_statistics_it_is_given_and_pairs_b_by_row_
     assert (out.a, out.b) == pytest.approx((0.0, 1 / 3))
     # resampled: B in any order is paired row by row with A
     r = Resampling(samples=40, seed=3)
-    shuffled = paired_headline(a, b, r)
-    in_order = paired_headline(a, [b[2], b[1], b[0]], r)
-    assert shuffled == in_order
+    assert paired_headline(a, b, r) == paired_headline(a, [b[2], b[1], b[0]], r)
 
 
-def test_a_comparison_reports_the_headline_and_per_bucket_error_rates_and_ten_flips(
-        ) -> None:
+def test_a_comparison_reports_the_headline_and_per_bucket_error_rates_and_ten_flips() -> None:
     # 13 words: 6 of three tokens, 7 of one; A right on word 0 only, B on all but word 0
     refs = ["K AE T"] * 6 + ["K"] * 7
     a = [row(f"{i:02d}", ref, ref if i == 0 else "D") for i, ref in enumerate(refs)]
@@ -124,8 +94,7 @@ def test_each_paired_failure_rate_is_the_rows_showing_it_over_all_rows() -> None
             (0.2, 0.0, -0.2)), kind
 
 
-def test_a_failure_rate_is_its_column_over_the_row_count_and_nan_without_rows_silently(
-        ) -> None:
+def test_a_failure_rate_is_its_column_over_the_row_count_and_nan_without_rows_silently() -> None:
     # called here, not only through FAILURE_RATES (built at import), so each rate's own code
     # runs inside the test; columns: rows, then one per kind
     s = np.array([[4, 2, 1, 0, 3], [8, 0, 8, 2, 4]], dtype=np.int64)
@@ -151,31 +120,14 @@ def test_the_refusal_names_each_side_s_count_and_only_an_existing_first_id() -> 
                                  "(first '2'), 0 only in B")
 
 
-# -- issue 32, second mutant tranche; was tests/test_unplanted_edges.py ---------------------------
-
-# --- the beam's pool of finished hypotheses -------------------------------------------------
-def hyp(norm: float) -> Hypothesis:
-    return Hypothesis([4], norm * 2, norm, True)
-
-
-# -- found by the third tranche of generated mutants (issue 32) -------------------------------
 def test_the_paired_failure_rates_have_their_known_values() -> None:
     # A: 4 words, 2 decoded empty, 1 truncated; B: none failing. Each rate is the failing
     # rows over all rows (column 0), and B - A is the paired difference.
-    from seqcore.artifacts.predictions import PredictionRow  # noqa: PLC0415
-    from seqcore.metrics.bootstrap import Resampling  # noqa: PLC0415
-    from seqcore.metrics.comparison import compare_rows  # noqa: PLC0415
-    from seqcore.metrics.evaluation import EvalSpec  # noqa: PLC0415
-    from seqcore.metrics.failures import FailureRules  # noqa: PLC0415
-
-    def row(i: int, hyp: str, eos: bool = True) -> PredictionRow:
-        return PredictionRow(f"{i:05d}", f"w{i}", f"cat{i}", "K AE T", hyp, [0] * len(hyp.split()),
-                             hyp.split(), -1.0, -1.0, len(hyp.split()), eos, [])
-
-    a = [row(0, ""), row(1, ""), row(2, "K AE", eos=False), row(3, "K AE T")]
-    b = [row(i, "K AE T") for i in range(4)]
-    spec = EvalSpec((), FailureRules(2, 3, 1), "group", None, Resampling(0, 0, 0.95))
-    failures = compare_rows(a, b, spec, Resampling(0, 0, 0.95))["failures"]
+    hyps = ["", "", "K AE", "K AE T"]
+    a = [row(f"{i:05d}", "K AE T", h, f"w{i}", eos=i != 2) for i, h in enumerate(hyps)]
+    b = [row(f"{i:05d}", "K AE T", "K AE T", f"w{i}") for i in range(4)]
+    spec_ = EvalSpec((), FailureRules(2, 3, 1), "group", None, Resampling(0, 0, 0.95))
+    failures = compare_rows(a, b, spec_, Resampling(0, 0, 0.95))["failures"]
     assert (failures["empty"]["a"], failures["empty"]["b"]) == (0.5, 0.0)
     assert (failures["truncated"]["a"], failures["truncated"]["b"]) == (0.25, 0.0)
     assert failures["empty"]["delta"] == -0.5 and failures["repeated"]["a"] == 0.0

@@ -8,9 +8,6 @@ import itertools
 from seqcore.metrics.edit import aligned_matches, levenshtein
 
 
-# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
-
-# -- edit distance ------------------------------------------------------------------------
 def brute_alignments(hyp: tuple[str, ...], ref: tuple[str, ...]) -> list[tuple[int, int]]:
     """(edits, matches) of every alignment of hyp with ref, by plain recursion."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,39 +15,22 @@ import torch
 from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.artifacts.train_log import StepLog, TrainLog
 from seqcore.config import config_from_dict, flatten
-from seqcore.contract import SpecialIds
 from seqcore.data.examples import Example
 from seqcore.g2p import ARPABET, is_illegal_phoneme
 from seqcore.metrics.evaluation import (
-    EvalSpec,
-    Evaluation,
-    bucket_name,
-    evaluate_predictions,
-    failure_rate_table,
-    hypothesis_unk_rate,
-    length_edges,
-    prediction_metrics,
-    teacher_metrics,
-)
-from seqcore.metrics.failures import KINDS, FailureRules
+    Evaluation, evaluate_predictions, failure_rate_table, hypothesis_unk_rate,
+    length_edges, prediction_metrics, teacher_metrics)
+from seqcore.metrics.failures import KINDS
 from seqcore.metrics.recompute import eval_spec, recompute_metrics
 from seqcore.metrics.report import render_report
 from seqcore.metrics.teacher import TeacherStats, teacher_forced_stats
 from seqcore.training.feeds import teacher_forced_nll
-from tests.factories import make_rows, tiny_model
+from tests.factories import IDS, STATS, g2p, make_rows, row, spec, tiny_model
 
 
 # -- an independent, straightforward implementation ------------------------------------------
-def edits(a: tuple, b: tuple) -> int:
-    @lru_cache(maxsize=None)
-    def d(i: int, j: int) -> int:
-        if i == 0 or j == 0:
-            return i + j
-        return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (a[i - 1] != b[j - 1]))
-    return d(len(a), len(b))
-
-
-def best_matches(a: tuple, b: tuple) -> int:
+def align(a: Sequence[str], b: Sequence[str]) -> tuple[int, int]:
+    """(fewest edits, most matches of a fewest-edit alignment) of a against b."""
     @lru_cache(maxsize=None)
     def d(i: int, j: int) -> tuple[int, int]:  # (edits, -matches) of a[:i] vs b[:j]
         if i == 0 or j == 0:
@@ -54,7 +38,7 @@ def best_matches(a: tuple, b: tuple) -> int:
         same = a[i - 1] == b[j - 1]
         return min((d(i - 1, j)[0] + 1, d(i - 1, j)[1]), (d(i, j - 1)[0] + 1, d(i, j - 1)[1]),
                    (d(i - 1, j - 1)[0] + (not same), d(i - 1, j - 1)[1] - same))
-    return -d(len(a), len(b))[1]
+    return d(len(a), len(b))[0], -d(len(a), len(b))[1]
 
 
 def looped(t: list[str], n: int, k: int) -> bool:
@@ -68,13 +52,12 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
     refs = {r.group: [x.reference.split() for x in rows if x.group == r.group] for r in rows}
     num = len(rows)
     unk = sum(p == "\x1f<unk>" for r in rows for p in r.pieces)
-    fr = [(best_matches(tuple(h + ["$"] * r.eos), tuple(f + ["$"])), len(f) + 1)
-          for h, f, r in zip(hyp, ref, rows)]
+    fr = [(align(h + ["$"] * r.eos, f + ["$"])[1], len(f) + 1) for h, f, r in zip(hyp, ref, rows)]
     kinds = {"empty": [not h for h in hyp], "truncated": [not r.eos for r in rows],
              "repeated": [looped(h, n, k) for h in hyp],
              "illegal": [any(p.startswith("<") for p in r.pieces) or any(
                  t not in ARPABET for t in h) for r, h in zip(rows, hyp)]}
-    closest = [min((edits(tuple(h), tuple(c)), c != f, " ".join(c), len(c)) for c in refs[r.group])
+    closest = [min((align(h, c)[0], c != f, " ".join(c), len(c)) for c in refs[r.group])
                for h, f, r in zip(hyp, ref, rows)]  # fewest edits, then own, then text order
     rep = grams = 0
     for h, f in zip(hyp, ref):
@@ -84,26 +67,22 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
         grams += len(hg)
     ratios = [len(h) / max(len(f), 1) for h, f in zip(hyp, ref)]
     hyps_txt, refs_txt = [r.hypothesis for r in rows], [[r.reference for r in rows]]
-    bleu, chrf, ter = (sacrebleu.corpus_bleu(hyps_txt, refs_txt), sacrebleu.corpus_chrf(
-        hyps_txt, refs_txt), sacrebleu.corpus_ter(hyps_txt, refs_txt))
-    exact = sum(h == f for h, f in zip(hyp, ref))
+    bleu, chrf, ter = (corpus(hyps_txt, refs_txt).score for corpus in (
+        sacrebleu.corpus_bleu, sacrebleu.corpus_chrf, sacrebleu.corpus_ter))
+    exact, v = sum(h == f for h, f in zip(hyp, ref)), sacrebleu.__version__
     return {
         "examples": num, "exact_match": exact / num, "word_error_rate": 1 - exact / num,
         "exact_match_multi_ref": sum(h in refs[r.group] for h, r in zip(hyp, rows)) / num,
-        "token_error_rate": sum(edits(tuple(h), tuple(f)) for h, f in zip(hyp, ref))
-        / sum(map(len, ref)),
+        "token_error_rate": sum(align(h, f)[0] for h, f in zip(hyp, ref)) / sum(map(len, ref)),
         "token_error_rate_multi_ref": sum(c[0] for c in closest) / sum(c[3] for c in closest),
-        "char_error_rate": sum(edits(tuple(r.hypothesis), tuple(r.reference)) for r in rows)
+        "char_error_rate": sum(align(r.hypothesis, r.reference)[0] for r in rows)
         / sum(len(r.reference) for r in rows),
         "fr_token_accuracy": sum(m for m, _ in fr) / sum(t for _, t in fr),
         "fr_accuracy_tokens": sum(t for _, t in fr),
-        "bleu": bleu.score, "chrf": chrf.score, "ter": ter.score,
-        "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:"
-                          + sacrebleu.__version__,
-        "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:"
-                          + sacrebleu.__version__,
-        "ter_signature": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:"
-                         + sacrebleu.__version__,
+        "bleu": bleu, "chrf": chrf, "ter": ter,
+        "bleu_signature": f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{v}",
+        "chrf_signature": f"nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{v}",
+        "ter_signature": f"nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:{v}",
         "failures": {kind: {"count": sum(v), "rate": sum(v) / num} for kind, v in kinds.items()}
         | {"repeated_ngrams": {"count": rep, "ngrams": grams, "rate": rep / grams}},
         "length_ratio": {"mean": sum(ratios) / num, "median": sorted(ratios)[num // 2],
@@ -116,19 +95,18 @@ def independent(rows: list[PredictionRow], n: int, k: int) -> dict:
 
 
 def test_every_metric_is_recomputed_from_the_predictions_file_alone(tmp_path: Path) -> None:
-    cfg = config_from_dict({})
-    path = tmp_path / "test.jsonl"
+    cfg, path = config_from_dict({}), tmp_path / "test.jsonl"
     Predictions(make_rows()).save(path)
-    written = json.loads(json.dumps(recompute_metrics(path, cfg, is_illegal_phoneme)))  # as metrics.json holds it
-    expected = independent(make_rows(), cfg.evaluate.repeat_ngram, cfg.evaluate.repeat_times)
-    got, want = flatten(written), flatten(expected)
+    # through JSON, as metrics.json holds it
+    got = flatten(json.loads(json.dumps(recompute_metrics(path, cfg, is_illegal_phoneme))))
+    want = flatten(independent(make_rows(), cfg.evaluate.repeat_ngram, cfg.evaluate.repeat_times))
     assert set(got) == set(want)  # a new metric needs its independent recomputation here
     for key, value in want.items():
         assert got[key] == (pytest.approx(value) if isinstance(value, float) else value), key
 
 
 def test_hand_checked_figures_of_the_fixture() -> None:
-    m = recompute_metrics_from_rows()
+    m = prediction_metrics(evaluate_predictions(make_rows(), g2p()))
     assert m["exact_match"] == pytest.approx(2 / 9)  # rows 2 and 3
     assert m["exact_match_multi_ref"] == pytest.approx(3 / 9)  # row 1 matches its variant
     assert m["failures"]["truncated"]["count"] == 1 and m["failures"]["empty"]["count"] == 1
@@ -136,13 +114,8 @@ def test_hand_checked_figures_of_the_fixture() -> None:
     assert m["failures"]["illegal"]["count"] == 2  # <unk> piece (row 6), QQ (row 7)
 
 
-def recompute_metrics_from_rows() -> dict:
-    return prediction_metrics(evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme)))
-
-
 def test_bucket_counts_add_up_and_each_bucket_is_scored_on_its_own_rows() -> None:
-    cfg = config_from_dict({"evaluate": {"bucket_edges": [4, 6, 8, 10]}})
-    ev = evaluate_predictions(make_rows(), eval_spec(cfg, is_illegal_phoneme))
+    ev = evaluate_predictions(make_rows(), g2p({"bucket_edges": [4, 6, 8, 10]}))
     assert [b["bucket"] for b in ev.buckets] == ["1-4", ">10"]
     assert [b["count"] for b in ev.buckets] == [8, 1]
     assert ev.buckets[0]["exact_match"] == pytest.approx(2 / 8)
@@ -151,31 +124,29 @@ def test_bucket_counts_add_up_and_each_bucket_is_scored_on_its_own_rows() -> Non
 
 def test_group_table_only_when_asked_and_one_row_per_group() -> None:
     rows = make_rows()
-    assert evaluate_predictions(rows, eval_spec(config_from_dict({}), is_illegal_phoneme)).groups == []
-    ev = evaluate_predictions(rows, eval_spec(config_from_dict({"evaluate": {"group_by": "group"}}),
-                                                       is_illegal_phoneme))
+    assert evaluate_predictions(rows, g2p()).groups == []
+    ev = evaluate_predictions(rows, g2p({"group_by": "group"}))
     either = next(g for g in ev.groups if g["group"] == "either")
     assert len(ev.groups) == len({r.group for r in rows})
     assert (either["count"], either["exact_match"], either["exact_match_multi_ref"]) == (2, 0.5, 1)
 
 
-def test_teacher_forced_stats_sum_to_the_training_nll_and_do_not_depend_on_batching(
-        ids: SpecialIds) -> None:
+def test_teacher_forced_stats_sum_to_the_training_nll_and_do_not_depend_on_batching() -> None:
     model = tiny_model(vocab=12, tgt_vocab=10, enc_layers=1, dec_layers=1, max_len=16)
     g = torch.Generator().manual_seed(3)
     examples = [Example(str(i), "g", "s", "t", torch.randint(4, 12, (2 + i,), generator=g)
                         .tolist(), torch.randint(4, 10, (1 + i % 4,), generator=g).tolist(),
                         True) for i in range(6)]
-    stats = teacher_forced_stats(model, examples, ids, batch_size=4)
-    total, count = teacher_forced_nll(model, examples, ids, 4)
+    stats = teacher_forced_stats(model, examples, IDS, batch_size=4)
+    total, count = teacher_forced_nll(model, examples, IDS, 4)
     assert sum(s.nll for s in stats.values()) == pytest.approx(total, rel=1e-5)
     assert sum(s.tokens for s in stats.values()) == count == sum(len(e.tgt) + 1 for e in examples)
     for ex in examples:  # one at a time: no padding; argmax hits counted by hand
         one = stats[ex.id]
         with torch.no_grad():
             logits = model(torch.tensor([ex.src]), torch.ones(1, len(ex.src), dtype=bool),
-                                torch.tensor([[ids.bos] + ex.tgt]))[0]
-        labels = torch.tensor(ex.tgt + [ids.eos])
+                                torch.tensor([[IDS.bos] + ex.tgt]))[0]
+        labels = torch.tensor(ex.tgt + [IDS.eos])
         assert one.correct == int((logits.argmax(-1) == labels).sum())
         assert one.nll == pytest.approx(float(torch.nn.functional.cross_entropy(
             logits, labels, reduction="sum")), rel=1e-5)
@@ -185,7 +156,7 @@ def test_exposure_bias_gap_is_teacher_forced_minus_free_running_accuracy() -> No
     rows = make_rows()
     teacher = {r.id: TeacherStats(nll=1.0, tokens=len(r.reference.split()) + 1,
                                   correct=len(r.reference.split()) + 1) for r in rows}
-    ev = evaluate_predictions(rows, eval_spec(config_from_dict({}), is_illegal_phoneme), teacher)
+    ev = evaluate_predictions(rows, g2p(), teacher)
     assert ev.headline["tf_token_accuracy"] == 1.0
     assert ev.headline["exposure_bias_gap"] == pytest.approx(1 - ev.headline["fr_token_accuracy"])
     for b in ev.buckets:
@@ -199,6 +170,10 @@ def test_exposure_bias_gap_is_teacher_forced_minus_free_running_accuracy() -> No
     ([1] * 90 + [20] * 10, (1,)),  # ties: each edge once, none at the longest
     ([5] * 59 + [12] * 41, (5,)),
     ([], ()),
+    # ceil(L k / 5) - 1 for k = 1..4 indexes the sorted lengths; edges below the longest
+    pytest.param([4], (), id="one_two_or_four_references-one"),  # one bucket
+    pytest.param([1, 2], (1,), id="one_two_or_four_references-two"),  # the shorter is an edge
+    pytest.param([2, 3, 3, 7], (2, 3), id="one_two_or_four_references-four"),  # second longest
 ])
 def test_auto_bucket_edges_are_the_length_quintiles_below_the_longest(
         lengths: list[int], edges: tuple[int, ...]) -> None:
@@ -219,11 +194,10 @@ def test_auto_buckets_fit_the_data_where_fixed_edges_put_most_rows_in_one() -> N
 
 
 def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> None:
-    fixed = config_from_dict({"evaluate": {"bucket_edges": [4, 6, 8, 10]}})
-    ev = evaluate_predictions(make_rows(), eval_spec(fixed, is_illegal_phoneme))
+    ev = evaluate_predictions(make_rows(), g2p({"bucket_edges": [4, 6, 8, 10]}))
     metrics = {"split": "test", "signature": "task:g2p|data:abc|version:1"} | prediction_metrics(ev)
     text = render_report(metrics, ev, {"strategy": "greedy", "max_len": 32},
-                         eval_spec(config_from_dict({}), is_illegal_phoneme).rules.describe(), {"t": "x.png"}, [])
+                         g2p().rules.describe(), {"t": "x.png"}, [])
     for needle in ("## Headline", "## By reference length", "| 1-4 | 8 |", "## Failure modes",
                    "`src4` → `∅` (`D AO G`)", "\"strategy\": \"greedy\"", "| data | abc |",
                    "3 times back to back", "![t](x.png)"):
@@ -232,9 +206,8 @@ def test_report_shows_headline_buckets_failures_with_examples_and_settings() -> 
 
 def test_plots_are_png_files_and_the_same_data_gives_the_same_bytes(tmp_path: Path) -> None:
     from seqcore.metrics import plots  # noqa: PLC0415 (matplotlib only where plots are drawn)
-    from seqcore.metrics.evaluation import failure_rate_table  # noqa: PLC0415
 
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
+    ev = evaluate_predictions(make_rows(), g2p())
     log = tmp_path / "log.csv"
     TrainLog((StepLog(1, 0, 1e-3, 3.0, 10, 1.0, 0, math.nan, 0.0),
               StepLog(2, 0, 1e-3, 2.0, 10, 1.0, 0, 2.5, 0.0))).save(log)
@@ -247,32 +220,13 @@ def test_plots_are_png_files_and_the_same_data_gives_the_same_bytes(tmp_path: Pa
         assert data.startswith(b"\x89PNG") and data == (tmp_path / "b" / png).read_bytes()
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_metrics.py -------------------------------
-
-def row(rid: str, ref: str, hyp: str, group: str | None = None, eos: bool = True
-        ) -> PredictionRow:
-    """A predictions row of ``hyp`` against ``ref`` (its own group unless given)."""
-    toks = hyp.split()
-    return PredictionRow(rid, group or f"w{rid}", f"src{rid}", ref, hyp, [0] * len(toks), toks,
-                         -1.0, -1.0, len(toks), eos, [])
-
-
-def spec(edges: tuple[int, ...] = (), group_by: str = "none",
-         illegal: object = None) -> EvalSpec:
-    return EvalSpec(edges, FailureRules(2, 3, 1), group_by, illegal)  # type: ignore[arg-type]
-
-
-# --- one evaluation: bucket and group tables, teacher-forced columns ------------------------
-def teacher_of(rows: list[PredictionRow]) -> dict[str, TeacherStats]:
-    """Half a nat per label (reference tokens + EOS), the first label right."""
-    return {r.id: TeacherStats(0.5 * (len(r.reference.split()) + 1),
-                               len(r.reference.split()) + 1, 1) for r in rows}
-
-
 def test_bucket_rows_hold_sacrebleu_scores_and_teacher_columns_and_group_rows_no_corpus_scores(
         ) -> None:
     rows = make_rows()  # references of 1 to 4 tokens, and one of 11 (id 8)
-    ev = evaluate_predictions(rows, spec(edges=(4,), group_by="group"), teacher_of(rows))
+    # half a nat per label (reference tokens + EOS), the first label right
+    teacher = {r.id: TeacherStats(0.5 * (len(r.reference.split()) + 1),
+                                  len(r.reference.split()) + 1, 1) for r in rows}
+    ev = evaluate_predictions(rows, spec(edges=(4,), group_by="group"), teacher)
     scores = {"exact_match", "exact_match_multi_ref", "word_error_rate", "token_error_rate",
               "token_error_rate_multi_ref", "char_error_rate", "fr_token_accuracy"}
     forced = {"tf_token_accuracy", "exposure_bias_gap", "token_nll", "perplexity",
@@ -307,9 +261,6 @@ def test_hypotheses_without_tokens_have_an_unk_rate_of_0_as_the_coverage_counts_
 
 
 # --- the teacher-forced summary and metrics.json's model part -------------------------------
-STATS = [TeacherStats(2.0, 4, 3), TeacherStats(3.0, 2, 1), TeacherStats(0.0, 0, 0)]
-
-
 def test_teacher_metrics_prefix_each_split_s_summary_and_copy_the_decoded_split_s_gap() -> None:
     dev, test = STATS[:1], STATS[1:]
     with_gap = Evaluation({"tf_token_accuracy": 0.75, "tf_accuracy_tokens": 4,
@@ -332,28 +283,8 @@ def test_the_failure_rate_plot_has_a_row_per_kind_then_repeats_and_length_ratio_
     failures = {k: {"count": i, "rate": i / 10, "examples": []} for i, k in enumerate(KINDS)}
     failures["repeated_ngrams"] = {"count": 7, "ngrams": 20, "rate": 0.35}
     failures["length_ratio"] = {"mean": 1.0, "median": 1.0, "below_0.5": 0.1, "above_1.5": 0.2}
-    table = failure_rate_table(Evaluation({}, [], [], failures))
-    assert table == [{"mode": "empty", "count": 0, "rate": 0.0},
-                     {"mode": "truncated", "count": 1, "rate": 0.1},
-                     {"mode": "repeated", "count": 2, "rate": 0.2},
-                     {"mode": "illegal", "count": 3, "rate": 0.3},
-                     {"mode": "repeated_ngrams", "count": 7, "rate": 0.35},
-                     {"mode": "length_ratio<0.5", "count": "", "rate": 0.1},
-                     {"mode": "length_ratio>1.5", "count": "", "rate": 0.2}]
-
-
-# --- bucket edges and labels ----------------------------------------------------------------
-@pytest.mark.parametrize(("lengths", "edges"), [
-    ([4], ()),  # one reference: one bucket
-    ([1, 2], (1,)),  # the shorter of two is an edge below the longest
-    ([2, 3, 3, 7], (2, 3)),  # the second longest is an edge too
-])
-def test_auto_edges_of_one_two_or_four_references(lengths: list[int],
-                                                   edges: tuple[int, ...]) -> None:
-    # ceil(L k / 5) - 1 for k = 1..4 indexes the sorted lengths; edges below the longest
-    assert length_edges(lengths) == edges
-
-
-@pytest.mark.parametrize(("length", "name"), [(5, "5"), (4, "1-4"), (6, "6-8"), (9, ">8")])
-def test_a_bucket_of_one_length_is_named_by_that_length(length: int, name: str) -> None:
-    assert bucket_name(length, (4, 5, 8)) == name
+    assert failure_rate_table(Evaluation({}, [], [], failures)) == [
+        {"mode": m, "count": c, "rate": r} for m, c, r in [
+            ("empty", 0, 0.0), ("truncated", 1, 0.1), ("repeated", 2, 0.2), ("illegal", 3, 0.3),
+            ("repeated_ngrams", 7, 0.35), ("length_ratio<0.5", "", 0.1),
+            ("length_ratio>1.5", "", 0.2)]]

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
-from seqcore.artifacts.predictions import PredictionRow, Predictions
-from seqcore.config import Config, config_from_dict
-from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.config import config_from_dict
 from seqcore.metrics.failures import FailureRules, failure_modes, has_loop, ngrams
-from seqcore.tasks.parallel.evaluate import eval_spec
-from tests.factories import make_rows
-
-
-# -- known answers at the call sites (rule 16); was tests/test_known_answers.py -------------------
-
-# -- 3. failure-mode flags through the evaluate path, and the decoder's eos ----------------
+from tests.factories import evaluated_failures, make_rows
 
 #: (id, hypothesis, eos, expected flags) with evaluate.repeat_ngram 2 and repeat_times 3.
 FAILURE_ROWS = [
@@ -33,20 +25,7 @@ FAILURE_ROWS = [
 
 
 def failure_rows() -> list[PredictionRow]:
-    return [PredictionRow(id_, id_, f"src-{id_}", "D AO G", hyp, list(range(len(hyp.split()))),
-                          hyp.split(), -1.0, -1.0, len(hyp.split()), eos, [])
-            for id_, hyp, eos, _ in FAILURE_ROWS]
-
-
-def evaluated_failures(rows: list[PredictionRow], cfg: Config, tmp_path: Path
-                       ) -> dict[str, Any]:
-    """The failure part of metrics.json, through the predictions file as evaluate reads it."""
-    path = tmp_path / "test.jsonl"
-    Predictions(rows).save(path)
-    ev = evaluate_predictions(Predictions.load(path).rows, eval_spec(cfg))
-    flagged = {k: [e["id"] for e in ev.failures[k]["examples"]] for k in
-               ("empty", "truncated", "repeated", "illegal")}
-    return {"metrics": prediction_metrics(ev)["failures"], "ids": flagged}
+    return make_rows([(id_, id_, "D AO G", hyp, eos, None) for id_, hyp, eos, _ in FAILURE_ROWS])
 
 
 def test_empty_truncated_and_repeated_rows_get_exactly_their_flags(tmp_path: Path) -> None:
@@ -73,9 +52,6 @@ def test_repeat_ngram_and_repeat_times_set_the_repeated_flag(tmp_path: Path) -> 
         assert got["ids"]["repeated"] == ids, (ngram, times)
 
 
-# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
-
-# -- failure modes ------------------------------------------------------------------------
 def test_length_ratios_count_strictly_below_half_and_strictly_above_one_and_a_half() -> None:
     rules = FailureRules(repeat_ngram=2, repeat_times=3, examples=1)
     rows = make_rows([(str(i), str(i), ref, hyp, True, None) for i, (ref, hyp) in enumerate(

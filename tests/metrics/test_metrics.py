@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from seqcore.tokenizer import UNK_PIECE
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.edit import aligned_matches, levenshtein
@@ -14,14 +13,14 @@ from seqcore.metrics.evaluation import bucket_name
 from seqcore.metrics.failures import (
     FailureRules, failure_kinds, failure_modes, has_loop, unlicensed_repeats)
 from seqcore.metrics.scores import ErrorStats, error_stats, perplexity
+from seqcore.tokenizer import UNK_PIECE
 
 
-def row(hyp: str, ref: str, eos: bool = True, group: str = "g", pieces: list[str] | None = None,
+def row(hyp: str, ref: str, eos: bool = True, pieces: list[str] | None = None,
         id_: str = "x") -> PredictionRow:
     toks = hyp.split()
-    return PredictionRow(id=id_, group=group, source="src", reference=ref, hypothesis=hyp,
-                         tokens=list(range(len(toks))), pieces=toks if pieces is None else pieces,
-                         score=0.0, norm_score=0.0, length=len(toks), eos=eos, nbest=[])
+    return PredictionRow(id_, "g", "src", ref, hyp, list(range(len(toks))),
+                         toks if pieces is None else pieces, 0.0, 0.0, len(toks), eos, [])
 
 
 @pytest.mark.parametrize(("hyp", "ref", "dist"), [
@@ -29,13 +28,11 @@ def row(hyp: str, ref: str, eos: bool = True, group: str = "g", pieces: list[str
     ("a x c", "a b c", 1),          # one substitution
     ("a c", "a b c", 1),            # one deletion from the reference
     ("b a", "a b", 2),              # a swap is two edits, not one
+    pytest.param("k i t t e n", "s i t t i n g", 3,
+                 id="test_levenshtein_of_the_textbook_character_case"),
 ])
 def test_levenshtein_matches_hand_counted_edits(hyp: str, ref: str, dist: int) -> None:
     assert levenshtein(hyp.split(), ref.split()) == dist
-
-
-def test_levenshtein_of_the_textbook_character_case() -> None:
-    assert levenshtein(list("kitten"), list("sitting")) == 3
 
 
 @pytest.mark.parametrize(("hyp", "ref", "matches"), [
@@ -89,15 +86,16 @@ def test_multi_reference_per_scores_against_the_closest_reference_of_the_group()
     assert total.scores()["token_error_rate"] == pytest.approx(5 / 6)
 
 
-@pytest.mark.parametrize(("length", "name"), [
-    (0, "1-4"), (1, "1-4"), (4, "1-4"), (5, "5-6"), (6, "5-6"), (10, "9-10"), (11, ">10"),
+@pytest.mark.parametrize(("length", "edges", "name"), [
+    *[pytest.param(n, (4, 6, 8, 10), name, id=f"{n}-{name}") for n, name in [
+        (0, "1-4"), (1, "1-4"), (4, "1-4"), (5, "5-6"), (6, "5-6"), (10, "9-10"), (11, ">10")]],
+    pytest.param(7, (), "all", id="test_bucket_name_without_edges_is_all"),
+    # a bucket of one length is named by that length
+    *[pytest.param(n, (4, 5, 8), name, id=f"a_bucket_of_one_length-{n}")
+      for n, name in [(5, "5"), (4, "1-4"), (6, "6-8"), (9, ">8")]],
 ])
-def test_bucket_names_cover_every_length_once(length: int, name: str) -> None:
-    assert bucket_name(length, (4, 6, 8, 10)) == name
-
-
-def test_bucket_name_without_edges_is_all() -> None:
-    assert bucket_name(7, ()) == "all"
+def test_bucket_names_cover_every_length_once(length: int, edges: tuple, name: str) -> None:
+    assert bucket_name(length, edges) == name
 
 
 @pytest.mark.parametrize(("tokens", "looped"), [

@@ -1,4 +1,4 @@
-"""The model's figures on the model's own output (issue 52, item 0): seqcore/metrics/model_output.py."""
+"""The model's figures on its own output (issue 52, item 0): seqcore/metrics/model_output.py."""
 
 from __future__ import annotations
 
@@ -6,26 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from seqcore.artifacts.predictions import PredictionRow
+from seqcore.artifacts.predictions import Predictions, model_rows_path
 from seqcore.metrics.evaluation import EvalSpec, evaluate_predictions
 from seqcore.metrics.failures import FailureRules
 from seqcore.metrics.model_output import bucket_table, nll_sides, output_metrics
 from seqcore.metrics.teacher import TeacherStats
+from seqcore.tasks import TaskError
+from seqcore.tasks.parallel.evaluate import model_rows
+from tests.factories import make_rows
 
 SPEC = EvalSpec(edges=(2,), rules=FailureRules(2, 3, 5), group_by="none", illegal=None)
 
 
-def row(i: int, hyp: str, ref: str, eos: bool = True) -> PredictionRow:
-    tokens = list(range(len(hyp.split())))
-    return PredictionRow(id=str(i), group=str(i), source="x", reference=ref, hypothesis=hyp,
-                         tokens=tokens, pieces=hyp.split(), score=0.0, norm_score=0.0,
-                         length=len(tokens), eos=eos, nbest=[])
-
-
 #: The model's own rows: one right, one truncated (no EOS) with a wrong token.
-OWN = [row(0, "A B", "A B"), row(1, "C D D", "C D E", eos=False)]
+OWN = make_rows([("0", "0", "A B", "A B", True, None), ("1", "1", "C D E", "C D D", False, None)])
 #: The scored system's rows (re-ranked n-best entries: each ended, so none is truncated).
-SYSTEM = [row(0, "A B", "A B"), row(1, "C D E", "C D E")]
+SYSTEM = make_rows([("0", "0", "A B", "A B", True, None), ("1", "1", "C D E", "C D E", True, None)])
 #: Teacher-forced statistics of the references (NLL, tokens with EOS, correct).
 REFERENCE = {"0": TeacherStats(1.5, 3, 3), "1": TeacherStats(6.0, 4, 2)}
 
@@ -76,10 +72,6 @@ def test_each_bucket_carries_the_models_gap_and_its_nll_sides() -> None:
 
 
 def test_a_model_rows_file_of_other_examples_stops_evaluate_in_one_line(tmp_path: Path) -> None:
-    from seqcore.artifacts.predictions import Predictions, model_rows_path  # noqa: PLC0415
-    from seqcore.tasks import TaskError  # noqa: PLC0415
-    from seqcore.tasks.parallel.evaluate import model_rows  # noqa: PLC0415
-
     pred = tmp_path / "test.jsonl"
     Predictions(OWN[:1]).save(model_rows_path(pred))  # a stale file: one row of two
     with pytest.raises(TaskError, match="test.model.jsonl: not the examples") as err:

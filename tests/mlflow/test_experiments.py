@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import shlex
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from seqcore.progress import in_chunks
-from pipeline.record import split_counts
+from pipeline.record import split_counts, tracking_uri
 from pipeline.run_naming import run_name
 from seqcore.artifacts.train_metrics import TrainMetrics
 from seqcore.config import config_from_dict, flatten
@@ -56,12 +57,6 @@ def changed(name: str) -> dict[str, object]:
     return {k: yaml.safe_load(v) for k, v in (x.split("=", 1) for x in EXPERIMENTS[name])}
 
 
-def documented_exp_show() -> list[str]:
-    """The `dvc exp show` command of docs/experiments.md (the test runs what users read)."""
-    line = next(ln for ln in DOC.read_text().splitlines() if ln.startswith("dvc exp show --"))
-    return shlex.split(line)
-
-
 # -- unit level -------------------------------------------------------------------------------
 def test_run_name_leads_with_the_experiment_then_changed_params_and_stays_short() -> None:
     assert run_name("lr-half", {"train.lr": (1.0, 0.5)}, "abcd1234") == "lr-half lr=0.5"
@@ -78,7 +73,8 @@ def test_counts_and_denominators_are_not_charted_metrics() -> None:
 
 
 def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path: Path) -> None:
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), is_illegal_phoneme))
+    spec = eval_spec(config_from_dict({}), is_illegal_phoneme)
+    ev = evaluate_predictions(make_rows(), spec)
     split_figures = ("token_nll", "perplexity", "ppl_denominator_tokens", "sequence_mean_nll",
                      "sequences", "tf_token_accuracy")
     metrics = {"split": "test", "signature": "task:g2p|v:1"} | prediction_metrics(ev) \
@@ -90,8 +86,7 @@ def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path
                                             best_dev_nll=0.5, final_loss=0.7,
                                             selected_step=2), log)
     assert "2 steps, 2 epoch(s)" in summary[0] and "wall time in the MLflow run" in summary[0]
-    text = render_report(metrics, ev, {}, eval_spec(config_from_dict({}), is_illegal_phoneme).rules.describe(),
-                         {}, summary)
+    text = render_report(metrics, ev, {}, spec.rules.describe(), {}, summary)
     head = text.split("## Headline")[0]
     assert head.index("WER") < head.index("PER") < head.index("perplexity") < head.index("steps")
     bucket_header = next(ln for ln in text.splitlines() if ln.startswith("| bucket |"))
@@ -100,10 +95,10 @@ def test_report_leads_with_wer_per_perplexity_then_the_training_summary(tmp_path
 
 def test_report_names_the_error_rates_after_the_task() -> None:
     # Issue 30: a parallel result's tokens are not phonemes; a G2P result's are.
-    ev = evaluate_predictions(make_rows(), eval_spec(config_from_dict({}), None))
-    rules = eval_spec(config_from_dict({}), None).rules.describe()
+    spec = eval_spec(config_from_dict({}), None)
+    ev = evaluate_predictions(make_rows(), spec)
     heads = {task: render_report({"split": "test", "signature": f"task:{task}|v:1"}
-                                 | prediction_metrics(ev), ev, {}, rules, {}, []
+                                 | prediction_metrics(ev), ev, {}, spec.rules.describe(), {}, []
                                  ).split("## Headline")[0] for task in ("g2p", "parallel")}
     assert "PER (phoneme error rate)" in heads["g2p"] and "WER (word" in heads["g2p"]
     assert "sequence error rate (1 - exact_match)" in heads["parallel"]
@@ -128,12 +123,7 @@ def test_progress_prints_periodic_lines_off_a_terminal(capsys: pytest.CaptureFix
 
 
 def test_offline_plot_template_inlines_the_chart_library() -> None:
-    sys.path.insert(0, str(REPO / "tools"))
-    try:
-        from offline_plots import template_html  # noqa: PLC0415
-    finally:
-        sys.path.remove(str(REPO / "tools"))
-    html = template_html()
+    html = runpy.run_path(str(REPO / "tools/offline_plots.py"))["template_html"]()
     assert "{plot_divs}" in html and "window.vegaEmbed" in html
     assert "<script src" not in html and "{scripts}" not in html  # no CDN tags
 
@@ -187,7 +177,9 @@ def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]])
     repo, _ = exps
     env = dict(os.environ, COLUMNS="120",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    cmd = documented_exp_show()
+    # the page's `dvc exp show` command (the test runs what users read)
+    cmd = shlex.split(next(ln for ln in DOC.read_text().splitlines()
+                           if ln.startswith("dvc exp show --")))
     out = subprocess.run([shutil.which("dvc", path=env["PATH"]), *cmd[1:], "--no-pager"],
                          cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
     assert max(len(ln) for ln in out.splitlines()) <= 120 and "…" not in out, out
@@ -241,8 +233,6 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
 
 def test_a_relative_sqlite_store_is_the_users_repo_also_inside_a_temp_experiment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from pipeline.record import tracking_uri  # noqa: PLC0415
-
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)  # a `dvc exp run --temp` works in a copy under .dvc/tmp/exps
     monkeypatch.setenv("DVC_ROOT", "/home/user/repo")  # set by DVC to the user's repository

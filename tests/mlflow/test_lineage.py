@@ -14,13 +14,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
 def dvc_file_md5s(repo: Path, out: str) -> dict[str, str]:
-    """relpath -> md5 of each file of the folder ``out``, from the `.dir` listing in DVC's
-    cache that dvc.lock points to."""
+    """relpath -> md5 of each file of the folder ``out``, from its `.dir` listing in DVC's cache."""
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
-    entry = next(o for s in lock["stages"].values() for o in s.get("outs", [])
-                 if o["path"] == out)
-    dir_md5 = entry["md5"]
-    listing = repo / ".dvc/cache/files/md5" / dir_md5[:2] / dir_md5[2:]
+    md5 = next(o["md5"] for s in lock["stages"].values() for o in s.get("outs", [])
+               if o["path"] == out)
+    listing = repo / ".dvc/cache/files/md5" / md5[:2] / md5[2:]
     return {f["relpath"]: f["md5"] for f in json.loads(listing.read_text())}
 
 

@@ -4,7 +4,6 @@ answers exactly as ``python -m pipeline.predict``; the audit compares it with th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ import yaml
 
 from benchmarks.load import bodies, request, run_setting
 from benchmarks.load import served as served_model
+from pipeline.audit.verdict import stamp_versions
 from seqcore.artifacts.predictions import Predictions
 from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
 
@@ -85,8 +85,7 @@ def test_the_registered_model_answers_as_predict_does(sampled: tuple[Path, str, 
 @pytest.fixture(scope="module")
 def scored(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
            ) -> tuple[Path, str, Predictions]:
-    """The tiny default result (decode.rescore: baseline), its tracking URI and its scored
-    predictions."""
+    """The tiny default result (decode.rescore: baseline): repo, tracking URI, predictions."""
     repo = copy_result(audit_result[0], tmp_path_factory.mktemp("scored") / "result")
     return (repo, f"sqlite:///{repo / 'mlflow.db'}",
             Predictions.load(repo / "predictions/test.jsonl"))
@@ -137,19 +136,14 @@ def post(url: str, body: bytes) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-@contextlib.contextmanager
-def serving(repo: Path, uri: str, log_path: Path) -> Iterator[str]:
-    """`mlflow models serve` of the latest version (benchmarks/load.py); its URL."""
-    with served_model(f"models:/{NAME}/{latest_version(uri)}", uri, repo, log_path,
-                      tool_env()) as (url, _):
-        yield url
-
-
 @pytest.fixture(scope="module")
 def served(sampled: tuple[Path, str, list[str]], tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[str]:
-    """The sampled result's latest version, served; its URL."""
-    with serving(*sampled[:2], tmp_path_factory.mktemp("serve") / "serve.log") as url:
+    """The URL of `mlflow models serve` (benchmarks/load.py) of the sampled result's latest
+    version."""
+    repo, uri, _ = sampled
+    with served_model(f"models:/{NAME}/{latest_version(uri)}", uri, repo,
+                      tmp_path_factory.mktemp("serve") / "serve.log", tool_env()) as (url, _):
         yield url
 
 
@@ -164,7 +158,8 @@ def test_the_served_endpoint_answers_as_the_scored_system(
         scored: tuple[Path, str, Predictions], tmp_path: Path) -> None:
     repo, uri, preds = scored
     few = preds.rows[:8]
-    with serving(repo, uri, tmp_path / "serve.log") as url:
+    with served_model(f"models:/{NAME}/{latest_version(uri)}", uri, repo,
+                      tmp_path / "serve.log", tool_env()) as (url, _):
         status, text = invoke(url, [r.source for r in few] + ["", "a" * 500])
     assert status == 200, text
     got = json.loads(text)["predictions"]
@@ -241,8 +236,6 @@ def test_the_audit_compares_the_logged_model_with_the_result(
 @pytest.mark.slow
 def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline.audit.verdict import stamp_versions  # noqa: PLC0415
-
     repo = copy_result(audit_result[0], tmp_path / "result")
     only = ("evaluate redone", "mlflow run")
     report = run_audit(repo, monkeypatch, only=only)

@@ -1,12 +1,8 @@
 """Team results (issue 15), with real parts on 127.0.0.1: a DVC remote on an S3-compatible
 store (moto), and an MLflow team server keeping runs in PostgreSQL and artifacts in the same
 store. Person A reproduces, pushes and commits; person B clones, pulls and audits without
-running a stage. The commands are the ones docs/team.md shows
-(test_the_team_page_shows_every_command_the_two_person_test_runs keeps them in step).
-
-Without PostgreSQL or moto the server tests skip and say what to install; CI
-(SEQCORE_REQUIRE_SERVERS=1) fails instead.
-"""
+running a stage, with the commands docs/team.md shows (a test keeps them in step). Without
+PostgreSQL or moto the server tests skip; CI (SEQCORE_REQUIRE_SERVERS=1) fails instead."""
 
 from __future__ import annotations
 
@@ -22,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
+import pandas as pd
 import pytest
 import yaml
 
@@ -94,12 +91,13 @@ class PersonA:
     run_id: str  # the run evaluate logged during `dvc repro`
 
 
-def without_evaluate(result: Path, dest: Path) -> Path:
-    """A copy of the session's tiny result whose evaluate stage has not run yet: its lock
-    entry and DVC's run cache are gone, so the documented `dvc repro` runs evaluate (which
-    logs to the team server) and nothing upstream (the upstream stages are what every tiny
-    result shares; evaluate is the one this flow is about)."""
-    repo = copy_result(result, dest)
+@pytest.fixture(scope="module")
+def person_a(team: Team, audit_result: tuple[Path, str],
+             tmp_path_factory: pytest.TempPathFactory) -> PersonA:
+    """A tiny result reproduced with the team server, pushed and committed."""
+    # without evaluate's lock entry and DVC's run cache: the documented `dvc repro` runs
+    # evaluate (which logs to the team server) and nothing upstream
+    repo = copy_result(audit_result[0], tmp_path_factory.mktemp("alice") / "repo")
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     del lock["stages"]["evaluate"]
     (repo / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
@@ -107,14 +105,6 @@ def without_evaluate(result: Path, dest: Path) -> Path:
     (repo / "mlflow.db").unlink()
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "before evaluate")
-    return repo
-
-
-@pytest.fixture(scope="module")
-def person_a(team: Team, audit_result: tuple[Path, str],
-             tmp_path_factory: pytest.TempPathFactory) -> PersonA:
-    """A tiny result reproduced with the team server, pushed and committed."""
-    repo = without_evaluate(audit_result[0], tmp_path_factory.mktemp("alice") / "repo")
     env = base_env()
     for command in SETUP_A:
         sh(repo, command.format(**team.values()), env)
@@ -125,8 +115,6 @@ def person_a(team: Team, audit_result: tuple[Path, str],
     console = "".join(sh(repo, command, env)[1] for command in PUBLISH_A)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "tiny result")
-    import mlflow  # noqa: PLC0415
-
     client = mlflow.MlflowClient(team.mlflow)
     (run,) = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
     return PersonA(repo, console, run.info.run_id)
@@ -156,7 +144,6 @@ def audit(repo: Path, env: dict[str, str], url: str, *args: str, ok: bool = True
 
 
 # --- the two-person flow --------------------------------------------------------------------
-
 def passed(out: str) -> bool:
     """The audit's verdict line says PASSED (a clone has no checkpoints: a warning, not a fail)."""
     return re.search(r"^audit: PASSED( with warnings \(checkpoints\))?$", out, re.M) is not None
@@ -183,19 +170,22 @@ def artifact_names(client: object, run_id: str, path: str | None = None) -> list
     return names
 
 
+def s3_object(s3: object, suffix: str) -> bytes:
+    """The bytes of the one object of the MLflow bucket whose key ends in ``suffix``."""
+    (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket=MLFLOW_BUCKET)["Contents"]
+              if o["Key"].endswith(suffix)]
+    return s3.get_object(Bucket=MLFLOW_BUCKET, Key=key)["Body"].read()
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
         tmp_path: Path) -> None:
-    import mlflow  # noqa: PLC0415
-
     client, s3 = mlflow.MlflowClient(team.mlflow), team.s3.client()
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=MLFLOW_BUCKET)["Contents"]]
     compared = set()
     for name in artifact_names(client, person_a.run_id):
-        (key,) = [k for k in keys if k.endswith(f"/{person_a.run_id}/artifacts/{name}")]
-        stored = s3.get_object(Bucket=MLFLOW_BUCKET, Key=key)["Body"].read()
+        stored = s3_object(s3, f"/{person_a.run_id}/artifacts/{name}")
         fetched = mlflow.artifacts.download_artifacts(
             run_id=person_a.run_id, artifact_path=name, dst_path=str(tmp_path),
             tracking_uri=team.mlflow)
@@ -217,18 +207,12 @@ def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
 @pytest.mark.e2e
 def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_answers(
         person_a: PersonA, team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The team stack (PostgreSQL + S3 behind the MLflow server) stores the result's model,
-    registers a version of it, and serves it back: the packed model file is the DVC-tracked
-    one, and the loaded model answers as `python -m pipeline.predict` (issue 29)."""
-    import mlflow  # noqa: PLC0415
-    import pandas as pd  # noqa: PLC0415
-
+    # issue 29: the packed model file is the DVC-tracked one, and the model loaded from the
+    # team stack (PostgreSQL + S3 behind the MLflow server) answers as pipeline.predict
     client, s3 = mlflow.MlflowClient(team.mlflow), team.s3.client()
     (version,) = client.search_model_versions(f"name = '{EXPERIMENT}' and "
                                               f"run_id = '{person_a.run_id}'")
-    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=MLFLOW_BUCKET)["Contents"]]
-    (key,) = [k for k in keys if k.endswith("/artifacts/result/model.pt")]
-    stored = s3.get_object(Bucket=MLFLOW_BUCKET, Key=key)["Body"].read()
+    stored = s3_object(s3, "/artifacts/result/model.pt")
     assert stored == (person_a.repo / "models/model.pt").read_bytes()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", team.mlflow)
     model = mlflow.pyfunc.load_model(f"models:/{EXPERIMENT}/{version.version}")
@@ -243,17 +227,12 @@ def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_an
                                             ).read_text().strip()
 
 
-def lock_md5(repo: Path, path: str) -> str:
-    lock = yaml.safe_load((repo / "dvc.lock").read_text())
-    return next(o["md5"] for s in lock["stages"].values() for o in s.get("outs", [])
-                if o["path"] == path)
-
-
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_a_replaced_model_object_in_the_remote_is_named_at_pull_and_by_the_audit(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
-    md5 = lock_md5(person_a.repo, "models/model.pt")
+    md5 = next(o["md5"] for o in yaml.safe_load((person_a.repo / "dvc.lock").read_text())
+               ["stages"]["train"]["outs"] if o["path"] == "models/model.pt")
     key, s3 = f"cache/files/md5/{md5[:2]}/{md5[2:]}", team.s3.client()
     good = s3.get_object(Bucket=DVC_BUCKET, Key=key)["Body"].read()
     s3.put_object(Bucket=DVC_BUCKET, Key=key, Body=good[:-64] + bytes(64))
@@ -265,18 +244,16 @@ def test_a_replaced_model_object_in_the_remote_is_named_at_pull_and_by_the_audit
         sh(repo, "dvc remote modify --local team verify false", env)
         sh(repo, CHECK_B[0], env)
         out = audit(repo, env, team.mlflow, "--no-mlflow", "--replay", "0", ok=False)
-        assert re.search(rf"models/model.pt: workspace has md5 \w+, dvc.lock train.outs records {md5}", out), out
+        assert re.search(rf"models/model.pt: workspace has md5 \w+, dvc.lock train.outs "
+                         rf"records {md5}", out), out
     finally:
         s3.put_object(Bucket=DVC_BUCKET, Key=key, Body=good)
 
 
 # --- outage and replay ----------------------------------------------------------------------
-
 def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
     """What the audit can see of a run: params, metrics with their histories, tags and the
     artifacts' bytes (without the MLflow bookkeeping that differs between any two runs)."""
-    import mlflow  # noqa: PLC0415
-
     run = client.get_run(run_id)
     # time/*: how long the stages took (pipeline/timing.py), clock time the audit never compares
     history = {k: [(m.step, m.value) for m in client.get_metric_history(run_id, k)]
@@ -289,8 +266,7 @@ def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
 
 
 #: What depends on when evaluate ran, not on what it computed: the live run was logged inside
-#: `dvc repro` (uncommitted tree, dvc.lock without evaluate's entry), the kept one after the
-#: commit. mlflow.* tags are MLflow's own bookkeeping.
+#: `dvc repro` (uncommitted tree, no evaluate lock entry), the kept one after the commit.
 WHEN_RAN_TAGS = ("git.commit", "git.dirty", "dvc.lock.sha256")
 
 
@@ -299,8 +275,6 @@ WHEN_RAN_TAGS = ("git.commit", "git.dirty", "dvc.lock.sha256")
 def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_audit(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
         tmp_path: Path) -> None:
-    import mlflow  # noqa: PLC0415
-
     repo, pending = person_a.repo, person_a.repo / "reports/mlflow_pending.json"
     down = base_env() | {"MLFLOW_TRACKING_URI": with_password(f"http://127.0.0.1:{free_port()}")}
     _, out = sh(repo, "python -m pipeline.evaluate", down)
@@ -326,8 +300,6 @@ def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_au
 @pytest.mark.e2e
 def test_credentials_reach_no_param_tag_artifact_commit_or_console(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
-    import mlflow  # noqa: PLC0415
-
     client = mlflow.MlflowClient(team.mlflow)
     run = run_content(client, person_a.run_id, tmp_path)
     logged = json.dumps({k: v for k, v in run.items() if k != "artifacts"})
@@ -342,13 +314,11 @@ def test_credentials_reach_no_param_tag_artifact_commit_or_console(
 
 @pytest.mark.slow
 def test_test_servers_listen_on_loopback_only(team: Team) -> None:
-    ports = [int(u.rsplit(":", 1)[1]) for u in (team.s3.endpoint, team.mlflow)]
-    for port in ports:
+    for port in (int(u.rsplit(":", 1)[1]) for u in (team.s3.endpoint, team.mlflow)):
         assert listening(port) and set(listening(port)) == {"127.0.0.1"}, port
 
 
 # --- without servers: replay, redaction, refusal ------------------------------------------
-
 def write_pending(root: Path, uri: str) -> Path:
     """A params.yaml naming a sqlite store, and one kept run whose stored address is ``uri``."""
     (root / "params.yaml").write_text(yaml.safe_dump(
@@ -362,18 +332,12 @@ def write_pending(root: Path, uri: str) -> Path:
     return pending
 
 
-def replay_env() -> dict[str, str]:
-    return base_env() | {"PYTHONPATH": str(REPO)}
-
-
 @pytest.mark.slow
 def test_replay_without_an_argument_logs_the_params_pending_file_into_the_params_store(
         tmp_path: Path) -> None:
     pending = write_pending(tmp_path, f"http://127.0.0.1:{free_port()}")  # a dead address
-    _, out = sh(tmp_path, REPLAY, replay_env())
+    _, out = sh(tmp_path, REPLAY, base_env() | {"PYTHONPATH": str(REPO)})
     assert not pending.exists() and "logged run" in out, out
-    import mlflow  # noqa: PLC0415
-
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'team.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("replay-test").experiment_id])
     assert run.data.params == {"a": "1"} and run.data.metrics == {"exact_match": 0.5,
@@ -390,8 +354,9 @@ def test_replay_gives_up_at_its_stated_deadline_keeps_the_run_and_hides_the_pass
         pending = write_pending(tmp_path, "http://old.example.org")
         before = pending.read_text()
         start = time.monotonic()
-        rc, out = sh(tmp_path, f"{REPLAY} --timeout 3", replay_env() | {
-            "MLFLOW_TRACKING_URI": url, "MLFLOW_HTTP_REQUEST_TIMEOUT": "300"}, ok=None)
+        rc, out = sh(tmp_path, f"{REPLAY} --timeout 3", base_env() | {
+            "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": url,
+            "MLFLOW_HTTP_REQUEST_TIMEOUT": "300"}, ok=None)
         took = time.monotonic() - start
     assert rc == 1 and "giving up after 3 s" in out and "gave up after 3 s" in out, out
     assert took < 60 and json.loads(pending.read_text()) == json.loads(before)
@@ -406,8 +371,7 @@ def test_replay_gives_up_at_its_stated_deadline_keeps_the_run_and_hides_the_pass
     ("postgresql://mlflow:p%40ss@db:5432/mlflow?sslmode=require",
      "postgresql://***@db:5432/mlflow?sslmode=require"),
     ("s3://bucket/cache?X-Amz-Signature=f00", "s3://bucket/cache?X-Amz-Signature=***"),
-    ("sqlite:////abs/mlflow.db", "sqlite:////abs/mlflow.db"),
-    ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+    *((plain, plain) for plain in ("sqlite:////abs/mlflow.db", "http://127.0.0.1:5000")),
 ])
 def test_credentials_in_a_uri_are_masked_and_a_plain_uri_is_unchanged(
         uri: str, redacted: str) -> None:
@@ -430,8 +394,8 @@ def test_the_audit_names_an_unreachable_store_without_its_password(
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     run, line = read_run(with_password(f"http://127.0.0.1:{free_port()}"), config_from_dict({}),
                          None)
-    assert run is None and line.startswith("cannot read the MLflow run") and "http://***@127.0.0.1" in line
-    assert TRACKING_SECRET not in line
+    assert run is None and line.startswith("cannot read the MLflow run"), line
+    assert "http://***@127.0.0.1" in line and TRACKING_SECRET not in line
 
 
 def test_the_team_page_shows_every_command_the_two_person_test_runs() -> None:

@@ -18,10 +18,12 @@ import pytest
 
 from pipeline.deadline import log_seconds
 from pipeline.record import MAX_PARAM_CHARS, param_items, tracking_uri
-from pipeline.tracking import log_or_keep, log_run
+from pipeline.run_naming import NOTE_REPORT_CHARS, report_lead, run_note
+from pipeline.tracking import VIEW_KEY, log_or_keep, log_run, runs_link, view_state
 from seqcore.artifacts.run_record import RunRecord
 from tests.factories import REPO
 from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record, stage_python
+from tests.servers import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -31,29 +33,17 @@ def _short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-@pytest.fixture
-def empty_store() -> Path:
-    """An initialised, empty sqlite store (one per session); tests copy it."""
-    return empty_mlflow_store()
-
-
-def store_copy(empty_store: Path, dest: Path) -> Path:
-    shutil.copyfile(empty_store, dest)
-    return dest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def store_copy(dest: Path) -> str:
+    """The URI of a copy of the session's initialised, empty sqlite store at ``dest``."""
+    shutil.copyfile(empty_mlflow_store(), dest)
+    return f"sqlite:///{dest}"
 
 
 def test_every_param_is_logged_across_batches_with_curve_tags_and_artifacts(
-        tmp_path: Path, empty_store: Path) -> None:
-    uri = f"sqlite:///{store_copy(empty_store, tmp_path / 'mlflow.db')}"
-    record = make_record(uri)
+        tmp_path: Path) -> None:
+    record = make_record(store_copy(tmp_path / "mlflow.db"))
     rid = log_run(record)
-    assert_run_matches(mlflow.MlflowClient(uri), rid, record, tmp_path)
+    assert_run_matches(mlflow.MlflowClient(record.uri), rid, record, tmp_path)
 
 
 def test_a_param_longer_than_mlflow_allows_is_cut_with_a_warning() -> None:
@@ -100,7 +90,7 @@ def test_a_store_that_never_answers_is_given_up_at_the_stated_deadline_and_the_r
 
 @pytest.mark.slow
 def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
-        tmp_path: Path, empty_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     pending = tmp_path / "reports" / "mlflow_pending.json"
     record = make_record(dead, n_params=3)
@@ -109,10 +99,10 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     assert err.count("WARNING") == 1 and "--replay" in err and dead in err
     assert RunRecord.load_all(pending) == [record]
 
-    store = f"sqlite:///{store_copy(empty_store, tmp_path / 'later.db')}"
-    env = dict(os.environ, MLFLOW_TRACKING_URI=store)
+    store = store_copy(tmp_path / "later.db")
     res = subprocess.run([stage_python(), "-m", "pipeline.tracking", "--replay", str(pending)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=REPO, env=dict(os.environ, MLFLOW_TRACKING_URI=store),
+                         capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert not pending.exists()
     client = mlflow.MlflowClient(store)
@@ -121,8 +111,6 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
 
 
 def test_the_run_description_opens_on_the_headline_figures_with_the_baseline_beside() -> None:
-    from pipeline.run_naming import run_note  # noqa: PLC0415
-
     note = run_note("n", {"word_error_rate": 0.27, "baseline.word_error_rate": 0.302,
                           "token_error_rate": 0.0645, "test_perplexity": 1.5}, {})
     assert note.splitlines()[2] == ("WER 0.2700 (baseline 0.3020) · PER 0.0645 · "
@@ -130,8 +118,6 @@ def test_the_run_description_opens_on_the_headline_figures_with_the_baseline_bes
 
 
 def test_the_shared_view_opens_the_run_list_on_the_headline_columns_in_order() -> None:
-    from pipeline.tracking import VIEW_KEY, runs_link, view_state  # noqa: PLC0415
-
     state = json.loads(view_state(["token_error_rate", "baseline.word_error_rate", "x",
                                    "word_error_rate"]))
     want = ["metrics.`word_error_rate`", "metrics.`baseline.word_error_rate`",
@@ -144,9 +130,8 @@ def test_the_shared_view_opens_the_run_list_on_the_headline_columns_in_order() -
 
 
 def test_the_run_description_holds_the_report_lead_and_points_to_the_whole_report() -> None:
-    from pipeline.run_naming import NOTE_REPORT_CHARS, report_lead, run_note  # noqa: PLC0415
-
-    report = "# Evaluation report\n\n| WER | 0.27 |\n\n## Beside the baseline\n\nx\n\n## Headline\n\nrest"
+    report = ("# Evaluation report\n\n| WER | 0.27 |\n\n## Beside the baseline\n\nx\n\n"
+              "## Headline\n\nrest")
     lead = report_lead(report)
     assert lead.startswith("# Evaluation report") and "## Beside the baseline" in lead
     assert "## Headline" not in lead and "rest" not in lead

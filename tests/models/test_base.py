@@ -8,9 +8,6 @@ import torch
 from tests.factories import tiny_model
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_models.py --------------------------------
-
-# -- the encoder-decoder interface ------------------------------------------------------------
 @pytest.mark.parametrize(("src", "mask", "tgt"), [
     (torch.ones(1, 3, dtype=torch.long), torch.ones(1, 4, dtype=torch.bool),
      torch.ones(1, 2, dtype=torch.long)),  # a mask of another shape

@@ -14,13 +14,9 @@ from seqcore.contract import pad_batch
 from seqcore.models.rnn import LSTM, RNNSeq2Seq, RNNShape
 from tests.factories import IDS, PAD, tiny_model
 
-
-# -- issue 32, third mutant tranche; was tests/test_pins_models.py --------------------------------
-
 V = 12
 
 
-# -- GRU/LSTM ----------------------------------------------------------------------------------
 def rnn_shape(**over: object) -> RNNShape:
     kw: dict[str, object] = {"cell": "gru", "src_vocab": V, "tgt_vocab": V, "embed_dim": 6,
                              "hidden": 8, "enc_layers": 1, "dec_layers": 1, "dropout": 0.0,
@@ -33,8 +29,7 @@ def rnn_shape(**over: object) -> RNNShape:
     ("attention", "mlp", r"^attention must be dot/general/additive, got 'mlp'$"),
     ("hidden", 7, r"^hidden must be even \(two encoder directions\), got 7$"),
 ])
-def test_rnn_shape_refusals_name_the_valid_choices(field: str, value: object, message: str
-                                                   ) -> None:
+def test_rnn_shape_refusals_name_the_valid_choices(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         rnn_shape(**{field: value})
 
@@ -56,7 +51,8 @@ def luong_parameters(cell: str, attention: str, e: int = 6, h: int = 8, layers: 
                     f"encoder.bias_hh_l{layer}{sfx}": (gates * h // 2,)}
         out |= {f"decoder.weight_ih_l{layer}": (gates * h, e if layer == 0 else h),
                 f"decoder.weight_hh_l{layer}": (gates * h, h),
-                f"decoder.bias_ih_l{layer}": (gates * h,), f"decoder.bias_hh_l{layer}": (gates * h,)}
+                f"decoder.bias_ih_l{layer}": (gates * h,),
+                f"decoder.bias_hh_l{layer}": (gates * h,)}
     if cell == "lstm":
         out |= {"bridge_c.weight": (h, h), "bridge_c.bias": (h,)}
     if attention != "dot":  # W_a / W_k: no bias (a per-query constant the softmax cancels)
@@ -135,9 +131,8 @@ def test_rnn_attention_weights_are_the_softmax_of_luongs_or_bahdanaus_score(atte
 
 
 def test_lstm_without_onednn_bf16_runs_torchs_kernel_under_cpu_autocast(monkeypatch) -> None:
-    """Where the CPU lacks oneDNN bf16, the LSTM's call under CPU autocast runs with oneDNN
-    off, on the caller's input and state, leaving oneDNN's other settings alone (setting TF32
-    warns on a CPU build); outside autocast oneDNN is left on."""
+    """Without oneDNN bf16, the LSTM under CPU autocast runs with oneDNN off (other oneDNN
+    settings untouched: setting TF32 warns on CPU) on the caller's tensors; outside, it is on."""
     seen: list[tuple[object, object, tuple[object, ...]]] = []
     original = nn.LSTM.forward
 
@@ -162,25 +157,6 @@ def test_lstm_without_onednn_bf16_runs_torchs_kernel_under_cpu_autocast(monkeypa
     assert x1 is x and hx1 is hx
     assert inside == (False, True, "bf16") and outside == (True, True, "bf16")
 
-
-def attention(att: nn.Module, xq: torch.Tensor, xkv: torch.Tensor, allowed: torch.Tensor,
-              heads: int) -> torch.Tensor:
-    """Vaswani's multi-head attention by hand; allowed (B, T, S) bool."""
-    b, t, d = xq.shape
-    dh = d // heads
-
-    def split(y: torch.Tensor) -> torch.Tensor:
-        return y.view(b, y.shape[1], heads, dh).transpose(1, 2)  # (B, H, L, Dh)
-
-    q = split(xq @ att.q.weight.T + att.q.bias)
-    kv = xkv @ att.kv.weight.T + att.kv.bias
-    k, v = split(kv[..., :d]), split(kv[..., d:])
-    scores = (q @ k.transpose(-1, -2) / math.sqrt(dh)).masked_fill(~allowed[:, None], -math.inf)
-    y = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, d)
-    return y @ att.out.weight.T + att.out.bias
-
-
-# -- rules checked where they take effect; was tests/test_callsites.py ----------------------------
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_rnn_encoder_gives_an_empty_source_no_state(cell: str) -> None:

@@ -10,13 +10,9 @@ import torch
 from seqcore.models.rnnlm import RNNLM, RNNLMShape
 from tests.factories import IDS, tiny_lm
 
-
-# -- issue 32, third mutant tranche; was tests/test_pins_lm.py ------------------------------------
-
 META = torch.device("meta")  # a device without storage, on any machine
 
 
-# -- model ---------------------------------------------------------------------------------------
 def test_the_pad_embedding_is_zero_and_gets_no_gradient() -> None:
     m = tiny_lm("gru").train()
     assert m.embed.weight[IDS.pad].abs().sum() == 0
@@ -46,8 +42,7 @@ def test_a_stacked_lm_drops_out_between_layers_in_training_and_a_single_layer_ha
 
 @pytest.mark.parametrize("cell,parts", [("gru", 1), ("lstm", 2)])
 def test_the_initial_state_is_zero_h_or_h_c_on_the_parameters_device_and_dtype(
-    cell: str, parts: int,
-) -> None:
+        cell: str, parts: int) -> None:
     m = tiny_lm(cell, layers=2, hidden=5)
     state = m.initial_state(3)
     assert len(state) == parts

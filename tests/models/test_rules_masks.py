@@ -60,11 +60,10 @@ def test_masks_act_on_keys_pad_key_gets_zero_weight() -> None:
     # scaled_dot_product_attention with the same mask ignores the PAD keys' values entirely
     q, k, v = torch.randn(3, 2, 1, 4, 8).unbind(0)
     out = functional.scaled_dot_product_attention(q[:, :, :3], k, v, attn_mask=allowed)
-    v_junk = v.clone()
-    v_junk[0, :, 2:] = 1e4
-    k_junk = k.clone()
-    k_junk[0, :, 2:] = -1e4
-    out_junk = functional.scaled_dot_product_attention(q[:, :, :3], k_junk, v_junk, attn_mask=allowed)
+    real = key_mask[:, None, :, None]  # (B, 1, S, 1): junk in row 0's PAD keys and values
+    k_junk, v_junk = torch.where(real, k, -1e4), torch.where(real, v, 1e4)
+    out_junk = functional.scaled_dot_product_attention(q[:, :, :3], k_junk, v_junk,
+                                                       attn_mask=allowed)
     torch.testing.assert_close(out_junk, out)
 
 

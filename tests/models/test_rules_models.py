@@ -2,12 +2,16 @@
 deterministic (10), cached decoding matches the teacher-forced pass, and every family trains."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
+from seqcore.artifacts.base import ArtifactError
 from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
+from seqcore.blobs import load_blob, save_blob
 from seqcore.contract import SpecialIds, pad_batch
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
@@ -24,25 +28,22 @@ def logits_of(model: EncoderDecoder, srcs: list[list[int]], tgt: list[int]) -> t
     return model(src, mask, tgt_in)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_cross_attention_masks_source_pad(family: str) -> None:
-    model = tiny_model(family)
+#: Every family, the RNNs with each attention score.
+SCORED = [("transformer", "general")] + [
+    (cell, score) for cell in ("gru", "lstm") for score in ("dot", "general", "additive")]
+
+
+@pytest.mark.parametrize(("family", "attention"), SCORED)
+def test_cross_attention_masks_source_pad(family: str, attention: str) -> None:
+    model = tiny_model(family, attention=attention)
     src, tgt = [4, 5, 6], [2, 7, 8, 9]
     alone = logits_of(model, [src], tgt)[0]
-    src_t = torch.tensor([src + [PAD] * 50])
-    mask = torch.zeros(1, 53, dtype=torch.bool)
-    mask[0, :3] = True
-    padded = model(src_t, mask, torch.tensor([tgt]))[0]
+    padded = model(torch.tensor([src + [PAD] * 50]), torch.arange(53)[None] < 3,
+                   torch.tensor([tgt]))[0]
     batched = logits_of(model, [[4, 5, 6, 7, 8, 9, 10], src, [11, 10, 9, 8, 7]], tgt)[1]
     torch.testing.assert_close(padded, alone, rtol=0, atol=1e-5)
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("attention", ("dot", "general", "additive"))
-@pytest.mark.parametrize("family", ("gru", "lstm"))
-def test_cross_attention_masks_source_pad_for_every_rnn_score(family: str, attention: str) -> None:
-    model = tiny_model(family, attention=attention)
-    alone = logits_of(model, [[4, 5]], [2, 7, 8])[0]
+    alone = logits_of(model, [[4, 5]], [2, 7, 8])[0]  # a short source beside a longer one
     batched = logits_of(model, [[9, 8, 7, 6, 5, 4], [4, 5]], [2, 7, 8])[1]
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
 
@@ -80,8 +81,7 @@ def test_eval_is_deterministic(family: str) -> None:
     assert not torch.equal(model(src, mask, tgt), model(src, mask, tgt))
 
 
-@pytest.mark.parametrize(("family", "attention"), [("transformer", "general")] + [
-    (cell, score) for cell in ("gru", "lstm") for score in ("dot", "general", "additive")])
+@pytest.mark.parametrize(("family", "attention"), SCORED)
 def test_cached_decoding_matches_full_recompute(family: str, attention: str) -> None:
     model = tiny_model(family, attention=attention)
     src, mask = pad_batch([[4, 5, 6], [7], [8, 9, 10, 11, 4]], PAD)
@@ -100,12 +100,8 @@ def test_cached_decoding_matches_full_recompute(family: str, attention: str) -> 
 
 def test_a_model_file_from_another_seqcore_is_refused_in_one_line_naming_it(
         tmp_path: Path, ids: SpecialIds) -> None:
-    """Weights under names this code does not build (the residuals' names before issue 11,
-    r1/r2/r3), a tensor of another shape, or a meta field this code does not write (the
-    producing environment before issue 34): one line naming the file, never a half-loaded
-    model or a traceback."""
-    from seqcore.artifacts.base import ArtifactError  # noqa: PLC0415
-
+    """Weights under old names (r1/r2/r3 before issue 11), a tensor of another shape, or a meta
+    field no longer written (environment, before issue 34): one line, no half-loaded model."""
     model = tiny_model("transformer")
     info = ModelInfo(tiny_config("transformer"), VOCAB, VOCAB, ids.pad, 64)
     meta = ModelMeta("sig", 20, "last", 20, 0, None, {})
@@ -120,8 +116,6 @@ def test_a_model_file_from_another_seqcore_is_refused_in_one_line_naming_it(
     ModelFile(reshaped, meta, info).save(tmp_path / "old-shape.pt")
     with pytest.raises(ArtifactError, match=r"old-shape\.pt: its weights do not fit .*size"):
         ModelFile.load(tmp_path / "old-shape.pt").build()
-    from seqcore.blobs import load_blob, save_blob  # noqa: PLC0415
-
     ModelFile(model.state_dict(), meta, info).save(tmp_path / "env.pt")
     payload = load_blob(tmp_path / "env.pt")
     payload["meta"]["environment"] = {"platform": "x"}
@@ -131,13 +125,14 @@ def test_a_model_file_from_another_seqcore_is_refused_in_one_line_naming_it(
         ModelFile.load(tmp_path / "env.pt")
 
 
+SRC, MASK = pad_batch([[4, 5, 6, 7], [4, 5]], PAD)
+TGT = torch.tensor([[2, 4, 5], [2, 6, 7]])
+
+
 def attention_ops(model: EncoderDecoder) -> set[str]:
     """The attention kernels (aten op names) one forward and backward pass of ``model`` runs."""
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
-
-    src, mask = pad_batch([[4, 5, 6, 7], [4, 5]], PAD)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        model(src, mask, torch.tensor([[2, 4, 5], [2, 6, 7]])).sum().backward()
+        model(SRC, MASK, TGT).sum().backward()
     return {e.key for e in prof.key_averages() if "attention" in e.key or e.key == "aten::bmm"
             or e.key == "aten::matmul"}
 
@@ -146,11 +141,8 @@ def attention_ops(model: EncoderDecoder) -> set[str]:
 def test_attention_kernel_picks_the_fused_or_the_reference_computation(kernel: str) -> None:
     """``model.transformer.attention_kernel``: auto runs PyTorch's fused CPU kernel, math runs
     QK^T / softmax / AV as plain matmuls; the two agree to rounding."""
-    import dataclasses  # noqa: PLC0415
-
     cfg = tiny_config("transformer")
-    cfg = dataclasses.replace(cfg, transformer=dataclasses.replace(cfg.transformer,
-                                                                   attention_kernel=kernel))
+    cfg = replace(cfg, transformer=replace(cfg.transformer, attention_kernel=kernel))
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB, VOCAB, PAD, 64)
     ops = attention_ops(model)
@@ -158,6 +150,4 @@ def test_attention_kernel_picks_the_fused_or_the_reference_computation(kernel: s
     assert fused == (kernel == "auto"), ops
     assert ("aten::_scaled_dot_product_attention_math" in ops) == (kernel == "math"), ops
     reference = tiny_model("transformer")  # the same seed: the same weights, kernel auto
-    src, mask = pad_batch([[4, 5, 6, 7], [4, 5]], PAD)
-    tgt = torch.tensor([[2, 4, 5], [2, 6, 7]])
-    torch.testing.assert_close(model.eval()(src, mask, tgt), reference(src, mask, tgt))
+    torch.testing.assert_close(model.eval()(SRC, MASK, TGT), reference(SRC, MASK, TGT))

@@ -11,28 +11,21 @@ from torch.nn import functional
 
 from seqcore.contract import pad_batch
 from seqcore.models.transformer import (
-    Transformer,
-    TransformerShape,
-    feed_forward,
-    sinusoidal_positions,
-)
+    Transformer, TransformerShape, feed_forward, sinusoidal_positions)
 from tests.factories import PAD
-
-
-# -- issue 32, third mutant tranche; was tests/test_pins_models.py --------------------------------
 
 V = 12
 
 
-# -- Transformer -------------------------------------------------------------------------------
+def vaswani_positions(positions: range | list[int], d: int) -> torch.Tensor:
+    """PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)); (P, D)."""
+    return torch.tensor([[(math.sin if j % 2 == 0 else math.cos)(p / 10000 ** (2 * (j // 2) / d))
+                          for j in range(d)] for p in positions])
+
+
 def test_sinusoidal_positions_are_vaswanis_formula() -> None:
-    """PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d))."""
-    d, positions = 6, [0, 1, 2, 7]
-    expected = torch.tensor([[f(p / 10000 ** (2 * (j // 2) / d)) for j, f in
-                              zip(range(d), [math.sin, math.cos] * (d // 2))]
-                             for p in positions])
-    got = sinusoidal_positions(torch.tensor(positions), d)
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    got = sinusoidal_positions(torch.tensor([0, 1, 2, 7]), 6)
+    torch.testing.assert_close(got, vaswani_positions([0, 1, 2, 7], 6), rtol=0, atol=1e-6)
 
 
 def test_sinusoidal_positions_are_built_on_the_positions_device() -> None:
@@ -103,11 +96,7 @@ def reference_logits(model: Transformer, src: torch.Tensor, mask: torch.Tensor,
 
     def embed(table: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
-        if s.positions == "learned":
-            pos = model.pos.weight[:n]
-        else:
-            pos = torch.tensor([[(math.sin if j % 2 == 0 else math.cos)(
-                p / 10000 ** (2 * (j // 2) / d)) for j in range(d)] for p in range(n)])
+        pos = model.pos.weight[:n] if s.positions == "learned" else vaswani_positions(range(n), d)
         return table.weight[tokens] * math.sqrt(d) + pos
 
     x = embed(model.src_embed, src)
@@ -139,8 +128,7 @@ def reference_logits(model: Transformer, src: torch.Tensor, mask: torch.Tensor,
     (False, "sinusoidal", True, 2),
 ])
 def test_transformer_logits_equal_vaswanis_layers_recomputed_from_its_weights(
-    norm_first: bool, positions: str, tie: bool, heads: int,
-) -> None:
+        norm_first: bool, positions: str, tie: bool, heads: int) -> None:
     """Pre-LN (Xiong et al., 2020: a final norm per stack) or post-LN (Vaswani), eval mode
     (dropout 0.1 off), teacher-forced and step-wise; LayerNorms given trained-like affines."""
     torch.manual_seed(0)

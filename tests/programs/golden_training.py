@@ -4,15 +4,13 @@ under the portable CPU kernel profile (seqcore.kernels).
 
 The default Transformer's shape at reduced size (2+2 pre-norm layers, d_model 64, 4 heads,
 d_ff 256, sinusoidal positions, tied embeddings, label smoothing 0.1), Adam under a cosine
-schedule with warm-up and clipping, 300 steps of 32 toy pairs, one thread. It exercises
-every kernel family of a default training step: MKL's GEMMs (``mm``, ``addmm``, ``bmm``),
-ATen's softmax, LayerNorm, reductions and elementwise ops, and MKL's VML (the positions'
-``exp``).
+schedule with warm-up and clipping, 300 steps of 32 toy pairs, one thread: every kernel family
+of a default step (MKL's GEMMs, ATen's softmax, LayerNorm, reductions and elementwise ops, and
+VML's ``exp``).
 
     python -m tests.programs.golden_training   # prints {"all": sha256, tensor: sha256, ...}
 
-``tests/test_kernels.py`` pins the result; ``tools/cpu_models.py`` runs this under
-qemu's Intel and AMD CPU models.
+``tests/test_kernels.py`` pins the result; ``tools/cpu_models.py`` runs this under qemu.
 """
 
 from __future__ import annotations
@@ -25,28 +23,15 @@ from pathlib import Path
 import torch
 
 from seqcore.config import ModelConfig, SequenceConfig, TrainConfig, TransformerConfig
-from seqcore.contract import SpecialIds
-from seqcore.data.examples import Example
 from seqcore.determinism import set_determinism
 from seqcore.models import build_model
 from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
+from tests.factories import IDS, examples
 
-IDS = SpecialIds(pad=0, unk=1, bos=2, eos=3)
 VOCAB = 24
 STEPS = 300
-
-
-def toy_pairs(n: int, seed: int) -> list[Example]:
-    """``n`` pairs whose target is the reversed source, ids shifted by one (learnable)."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        k = int(torch.randint(2, 9, (1,), generator=g))
-        src = torch.randint(4, VOCAB - 1, (k,), generator=g).tolist()
-        out.append(Example(str(i), str(i), "", "", src, [t + 1 for t in src[::-1]], True))
-    return out
 
 
 def train_golden(work: Path, steps: int = STEPS) -> dict[str, torch.Tensor]:
@@ -59,10 +44,11 @@ def train_golden(work: Path, steps: int = STEPS) -> dict[str, torch.Tensor]:
         d_model=64, n_heads=4, enc_layers=2, dec_layers=2, d_ff=256, dropout=0.0,
         norm_first=True, positions="sinusoidal", tie_embeddings=True, attention_kernel="math"))
     model = build_model(shape, VOCAB, VOCAB, IDS.pad, 16).train()
-    feed = Seq2SeqFeed((toy_pairs(256, seed=7), []), IDS, SequenceConfig(), cfg)
-    loop = TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "golden"},
-                     64)
-    loop.run(lambda entry, tokens_per_s: None)
+    # 256 pairs of 2-8 ids, each target its source reversed with every id shifted by one
+    pairs = examples(256, seed=7, high=VOCAB - 1, lengths=(2, 8))
+    feed = Seq2SeqFeed((pairs, []), IDS, SequenceConfig(), cfg)
+    TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "golden"},
+              64).run(lambda entry, tokens_per_s: None)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

@@ -1,12 +1,11 @@
-"""Train tiny models in forked jobs, some of which SIGKILL themselves (tests/training/test_resume.py).
+"""Train tiny models in forked jobs, some of which SIGKILL themselves (test_resume.py).
 
-Run as ``python -m tests.programs.resume_worker JOBS_JSON`` from the repository root, where
-JOBS_JSON is a list of ``train`` keyword sets. Each job runs in its own process, forked from
-this interpreter before it has trained anything (so the torch import is paid once); the
-checkpoint folder is the only channel between a killed job and the job that resumes it. A
-finished job writes ``result.json`` (state-dict hash, checkpointed history, skipped steps)
-into its folder; a job's stderr goes to ``stderr.txt`` there. Prints the jobs' exit codes as
-a JSON list on the last line (-9 = SIGKILL).
+    python -m tests.programs.resume_worker JOBS_JSON   # JOBS_JSON: a list of ``train`` kwargs
+
+Each job is forked from this interpreter before anything is trained (the torch import is paid
+once); the checkpoint folder is all a killed job passes to the job that resumes it. A finished
+job writes ``result.json`` (state-dict hash, history, skipped steps) beside its ``stderr.txt``;
+the last line printed is the jobs' exit codes as a JSON list (-9 = SIGKILL).
 """
 
 from __future__ import annotations
@@ -56,8 +55,8 @@ def train(work: str, task: str, accum: int, kill_step: int, kill_micro: int, lr:
         docs = [torch.randint(4, 12, (n,), generator=g).tolist() for n in (9, 30, 14, 21, 11)]
         model = tiny_lm("lstm", hidden=16, layers=2, dropout=0.2, seed=SEED).train()
         feed = LMFeed((docs, docs[:2]), IDS, "token-mean", 0.1, 2, cfg.bptt_len, cfg.seed)
-    ckpt = CheckpointDir(Path(work) / "ckpt", cfg.keep_last)
-    trainer = TrainLoop(model, cfg, feed, ckpt, {"task": task, "lr": lr}, 16)
+    trainer = TrainLoop(model, cfg, feed, CheckpointDir(Path(work) / "ckpt", cfg.keep_last),
+                        {"task": task, "lr": lr}, 16)
     print("resumed:", trainer.resume(), file=sys.stderr)
     if kill_step > 0:
         trainer.on_step = lambda step: step == kill_step and os.kill(os.getpid(), signal.SIGKILL)
@@ -75,8 +74,9 @@ def train(work: str, task: str, accum: int, kill_step: int, kill_micro: int, lr:
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
         h.update(name.encode() + t.detach().cpu().contiguous().numpy().tobytes())
-    Path(work, "result.json").write_text(json.dumps(
-        {"weights": h.hexdigest(), "history": [e.row() for e in state.history], "skipped": state.skipped}))
+    Path(work, "result.json").write_text(json.dumps({
+        "weights": h.hexdigest(), "history": [e.row() for e in state.history],
+        "skipped": state.skipped}))
 
 
 def run_forked(jobs: list[dict]) -> list[int]:

@@ -1,22 +1,14 @@
-"""The user commands beside the stages against every broken file they read (issue 54):
-``predict``, ``compare``, the audit, ``copy_run``, the logged MLflow model (pyfunc) and
-``mlflow models serve``. The stages have their own matrix (test_broken_inputs.py).
-
-Which files: those each command opens on the tiny result, traced with an audit hook while it
-runs, so a file the code starts reading is covered without editing this test. Each file is
-broken in each way a user's accident makes (tests.pipeline_helpers.broken_variants: gone,
-empty, cut in half, not UTF-8, a sidecar that names another digest, a hostile pickle), and the
-command must end in one of two ways: a stop whose last line names the file (exit 1 or 2; the
-pyfunc: one :class:`OneLineError` naming it), or the good run's output unchanged (the file
-was not needed for that answer). Never a traceback, never the pickle's code run.
-"""
+"""The user commands beside the stages (predict, compare, the audit, copy_run, the logged
+MLflow model, `mlflow models serve`) against each broken variant of every file they are traced
+opening (issue 54): a stop whose last line names the file (exit 1 or 2; the pyfunc: one
+:class:`OneLineError`) or the good run's output; never a traceback or the pickle's code run."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,22 +18,9 @@ from benchmarks.load import served
 from pipeline.audit.options import AuditOptions
 from pipeline.dvc_files import read_yaml12
 from seqcore.errors import OneLineError
-from tests.pipeline_helpers import (
-    copy_result, each_broken, stage_python, tool_env, traced_reads)
+from tests.pipeline_helpers import each_broken, outcome, stage_python, tool_env, traced_reads
 
 pytestmark = pytest.mark.slow  # the shared tiny result
-
-def outcome(command: Callable[[], int | None], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of an in-process command; an exception that escapes it
-    is the traceback a user would see, and fails the test with it."""
-    try:
-        code = command() or 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
-        if isinstance(stop.code, str):
-            print(stop.code, file=sys.stderr)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_stop_or_same(rel: str, how: str, got: tuple[int, str, str], good: str) -> None:
@@ -69,41 +48,33 @@ def run_matrix(root: Path, command: Callable[[], int | None], capsys: pytest.Cap
     assert runs >= at_least, f"{runs} broken runs over {files}: a read went missing"
 
 
-@pytest.fixture(scope="module")
-def result(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_result(audit_result[0], tmp_path_factory.mktemp("entry") / "repo")
-
-
 @pytest.fixture
 def inside(result: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(result)
     return result
 
 
-def test_predict_against_every_broken_file_it_reads(
-        inside: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
-    from pipeline.predict import main  # noqa: PLC0415 (imports the model code)
-
+@pytest.mark.parametrize(("module", "argv", "at_least"), [
     # params, model and sidecar, tokenizer contract and models, baseline WFST and record
-    run_matrix(inside, lambda: main(["cat", "zebra"]), capsys, tmp_path, at_least=30)
-
-
-def test_compare_against_every_broken_file_it_reads(
-        inside: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
-    from pipeline.compare import main  # noqa: PLC0415
-
+    pytest.param("pipeline.predict", ["cat", "zebra"], 30,
+                 id="test_predict_against_every_broken_file_it_reads"),
     # params, both predictions files and their headers: an emptied file is named by the
     # row count its header records, not compared as a smaller set
-    run_matrix(inside, lambda: main(["baseline", ".", "--samples", "20"]), capsys, tmp_path,
-               at_least=18)
+    pytest.param("pipeline.compare", ["baseline", ".", "--samples", "20"], 18,
+                 id="test_compare_against_every_broken_file_it_reads"),
+])
+def test_a_command_against_every_broken_file_it_reads(
+        module: str, argv: list[str], at_least: int, inside: Path,
+        capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    main = importlib.import_module(module).main  # imports the model code: not at collection
+    run_matrix(inside, lambda: main(list(argv)), capsys, tmp_path, at_least)
 
 
 def test_the_audit_against_every_broken_file_it_reads_before_its_checks(
         inside: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     """What the audit reads outside its checks (params, dvc.lock) and the package check's
-    requirements.lock: a broken file a check needs makes that check fail or NOT RUN
-    (test_audit.py, test_forgery.py), so the checks themselves are left out here. An emptied
-    or half requirements.lock is a finding, not a pass."""
+    requirements.lock (a check's broken file fails it: test_audit.py, test_forgery.py); a half
+    requirements.lock is a finding, not a pass."""
     from pipeline.audit.cli import run  # noqa: PLC0415
 
     opts = AuditOptions("params.yaml", None, False, False, False, ("package versions",), 0)
@@ -119,8 +90,8 @@ def test_the_audit_against_every_broken_file_it_reads_before_its_checks(
 
 
 def test_audit_of_a_run_id_against_a_broken_store(result: Path, tmp_path: Path) -> None:
-    """``audit --run RUN_ID`` reads the run from the store first: a store gone, emptied or
-    cut in half stops it in one line naming the store, with exit status 2."""
+    """``audit --run RUN_ID`` reads the store first: a broken one stops it in one line naming
+    the store, exit status 2."""
     with contextlib.closing(sqlite3.connect(result / "mlflow.db")) as db:
         (run_id,) = db.execute("SELECT run_uuid FROM runs LIMIT 1").fetchone()
     runs = 0
@@ -135,10 +106,8 @@ def test_audit_of_a_run_id_against_a_broken_store(result: Path, tmp_path: Path) 
 
 def test_copy_run_against_every_broken_file_it_reads_itself(
         result: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
-    """Every file it reads that dvc.lock does not record (the store, params, dvc.lock and
-    dvc.yaml): a locked file that differs is named by the lock's hash check before anything
-    else, and the run's artifacts are compared by the audit's own check ('mlflow run':
-    test_forgery.py). Run as users run it: its CPU kernels are the result's."""
+    """Every file it reads that dvc.lock does not record (a locked file is named by the lock's
+    hash check first; the run's artifacts: test_forgery.py), run as users run it."""
     from pipeline.copy_run import CopyError, copy_run  # noqa: PLC0415
     from pipeline.stage import load_params  # noqa: PLC0415
 
@@ -179,8 +148,7 @@ def packed_model(root: Path) -> Path:
 def test_the_logged_model_against_every_broken_file_it_packs(
         result: Path, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     """The pyfunc (what `mlflow models serve` and `models:/` load) raises one OneLineError
-    naming the packed file, or answers as before. MLflow's own files (MLmodel, the
-    environment files) are MLflow's to read."""
+    naming the packed file, or answers as before (MLflow's own files are MLflow's to read)."""
     import mlflow  # noqa: PLC0415 (slow import)
     import pandas as pd  # noqa: PLC0415
 
@@ -203,8 +171,8 @@ def test_the_logged_model_against_every_broken_file_it_packs(
 
 def test_a_served_model_with_a_broken_file_never_answers_and_names_it(
         result: Path, tmp_path: Path) -> None:
-    """`mlflow models serve` on a packed model whose weights were cut: no server comes up,
-    and its output names the file (MLflow's own CLI then prints its traceback: its code)."""
+    """Weights cut: no server comes up, and its output names the file (MLflow's CLI then
+    prints its own traceback)."""
     folder = packed_model(result)
     weights = folder / "artifacts" / "result" / "model.pt"
     good = weights.read_bytes()

@@ -1,12 +1,10 @@
-"""Every stage against every broken file it reads (issue 54), generated from dvc.lock: each
-file a stage reads (a folder dependency's files too), at the first stage that reads it, gone,
-empty, cut in half, not UTF-8 (text) or a hostile pickle (checkpoints and models). The stage
-stops with one line naming the file (exit 1 or 2) or falls back (exit 0); never a traceback,
-never the pickle's code run. The decode stage's inputs: tests/stages/test_broken_decode.py."""
+"""Every stage against every broken file it reads (issue 54), from dvc.lock: each file (a
+folder dependency's files too), at the first stage that reads it, gone, empty, cut in half, not
+UTF-8 or a hostile pickle. The stage stops with one line naming the file (exit 1 or 2) or falls
+back (exit 0); never a traceback, never the pickle's code run. Decode: test_broken_decode.py."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,13 +17,6 @@ from tests.pipeline_helpers import (
 STAGES = ("prepare", "tokenizer", "baseline", "train", "evaluate")
 
 
-@pytest.fixture
-def repo(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
-    """A copy of the tiny result per stage: a stage that stops may leave its outputs half
-    cleared, as under `dvc repro`, which removes them before it runs a stage."""
-    return shutil.copytree(audit_result[0], tmp_path / "repo", symlinks=True)
-
-
 #: Runs at least, as counted on the tiny result (a file gives 3 to 5 broken variants): a
 #: stage whose files went missing from the matrix fails here.
 AT_LEAST = {"prepare": 4, "tokenizer": 16, "baseline": 16, "train": 10, "evaluate": 24}
@@ -34,20 +25,18 @@ AT_LEAST = {"prepare": 4, "tokenizer": 16, "baseline": 16, "train": 10, "evaluat
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_broken_input_stops_the_stage_in_one_line_naming_it(
-        repo: Path, stage: str, tmp_path: Path) -> None:
-    assert run_broken(repo, stage, tmp_path) >= AT_LEAST[stage]
+        result_files: Path, stage: str, tmp_path: Path) -> None:
+    assert run_broken(result_files, stage, tmp_path) >= AT_LEAST[stage]
 
 
 @pytest.mark.slow
 def test_a_broken_checkpoint_is_passed_over_and_never_enters_the_ledger(
-        repo: Path, tmp_path: Path) -> None:
-    """The train stage's working state (checkpoints/<contract>/, not a dependency, so not in
-    dvc.lock): best.pt and the newest checkpoint, and their sidecars, each broken as above or
-    replaced by a checkpoint that holds nothing but its schema field (with a sidecar that
-    matches). The stage passes over what it cannot use with one warning and resumes from an
-    intact state, or stops in one line; and every file the ledger (a DVC out) then holds loads
-    through the check that loading uses (issue 54: the ledger shipped a best.pt its stage had
-    refused, and a lone schema field got a 3,602-character line)."""
+        result_files: Path, tmp_path: Path) -> None:
+    """best.pt and the newest checkpoint (not in dvc.lock) and their sidecars, broken as above
+    or holding only the schema field (sidecar matching): train passes over them with one
+    warning or stops in one line, and every file of the ledger (a DVC out) then loads (issue
+    54: the ledger shipped a refused best.pt; a lone schema field got a 3,602-char line)."""
+    repo = result_files
     (folder,) = (repo / "checkpoints").iterdir()
     states = (folder / "best.pt", max(folder.glob("ckpt-*.pt")))
     files = [f"{p.relative_to(repo)}{end}" for p in states for end in ("", ".sha256")]
@@ -74,5 +63,3 @@ def test_a_broken_checkpoint_is_passed_over_and_never_enters_the_ledger(
             state.write_bytes(good[0])
             sidecar.write_bytes(good[1])
     assert runs >= 18
-
-

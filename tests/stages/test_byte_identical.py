@@ -1,6 +1,5 @@
-"""Byte-identical reproduction (issue 12): a training run killed in the middle of a checkpoint
-write and resumed writes the same bytes as an uninterrupted run, in every file DVC tracks
-(checkpoints/, the model, the training log and metrics); and the run's git tags describe the
+"""Byte-identical reproduction (issue 12): training killed mid-checkpoint-write and resumed
+writes an uninterrupted run's bytes in every file DVC tracks; the run's git tags describe the
 code and params, not the files the pipeline writes itself."""
 
 from __future__ import annotations
@@ -35,15 +34,14 @@ TRACKED = ("checkpoints", "models/model.pt", "models/model.pt.sha256", "reports/
            "reports/train_metrics.json")
 
 
-def python(repo: Path, script: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-c", script, *args], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=300)
+def python(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
 
 
 def tree_digest(repo: Path, name: str) -> dict[str, str]:
-    """sha256 of every file of an output (a file or a folder), by relative path: two outputs
-    with equal digests get equal md5 in dvc.lock."""
+    """sha256 of every file of an output (a file or a folder), by relative path: equal
+    digests give equal md5 in dvc.lock."""
     root = repo / name
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     return {str(p.relative_to(repo)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
@@ -51,9 +49,9 @@ def tree_digest(repo: Path, name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny repository copy with the stages before train run (a git repo, committed)."""
+    """A tiny repository copy (committed) with the stages before train run."""
     repo = copy_repo(tmp_path_factory.mktemp("repro") / "repo", PARAMS)
-    res = python(repo, STAGES, "fetch", "prepare", "tokenizer")
+    res = python(repo, "-c", STAGES, "fetch", "prepare", "tokenizer")
     assert res.returncode == 0, res.stderr[-3000:]
     return repo
 
@@ -63,14 +61,13 @@ def test_training_killed_during_a_checkpoint_write_resumes_to_identical_bytes(
         prepared: Path, tmp_path: Path) -> None:
     straight = shutil.copytree(prepared, tmp_path / "straight", symlinks=True)
     crashed = shutil.copytree(prepared, tmp_path / "crashed", symlinks=True)
-    res = python(straight, STAGES, "train")
+    res = python(straight, "-c", STAGES, "train")
     assert res.returncode == 0, res.stderr[-3000:]
-    res = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
-                          "--during", "ckpt-00000008.pt"], cwd=crashed, capture_output=True,
-                         text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    res = python(crashed, "-m", "tests.programs.killed_stage", "train", "--during",
+                 "ckpt-00000008.pt")
     assert res.returncode == -9, res.stderr[-3000:]
     assert list(crashed.glob("checkpoints/*/.ckpt-00000008.pt.tmp-*"))
-    res = python(crashed, STAGES, "train")
+    res = python(crashed, "-c", STAGES, "train")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from ckpt-00000004.pt" in res.stderr
     assert "removed .ckpt-00000008.pt.tmp-" in res.stderr

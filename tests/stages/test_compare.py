@@ -18,21 +18,17 @@ from seqcore.artifacts.predictions import (
 from seqcore.config import BaselineConfig, DecodeConfig
 from seqcore.metrics.comparison import NotComparable, check_same_rows
 from tests.factories import REPO
-from tests.pipeline_helpers import copy_result, empty_mlflow_store, run_audit
+from tests.pipeline_helpers import empty_mlflow_store, outcome, run_audit
 
 SIG = "task:g2p|data:0123456789ab|src:x|tgt:y|fmt:1"
 
 
 def rows(n: int, right: int, prefix: str = "") -> list[PredictionRow]:
     """``n`` words, one pronunciation each; the first ``right`` decoded exactly."""
-    out = []
-    for i in range(n):
-        ref = "K AE T"
-        hyp = ref if i < right else "K AE"
-        out.append(PredictionRow(f"{prefix}{i:05d}", f"w{i:05d}", f"cat{i}", ref, hyp,
-                                 [0] * len(hyp.split()), hyp.split(), -1.0, -1.0,
-                                 len(hyp.split()), True, []))
-    return out
+    hyps = [("K AE T" if i < right else "K AE").split() for i in range(n)]
+    return [PredictionRow(f"{prefix}{i:05d}", f"w{i:05d}", f"cat{i}", "K AE T", " ".join(h),
+                          [0] * len(h), h, -1.0, -1.0, len(h), True, [])
+            for i, h in enumerate(hyps)]
 
 
 def write(folder: Path, data: list[PredictionRow], signature: str = SIG) -> Path:
@@ -56,13 +52,7 @@ def params(tmp_path: Path) -> Path:
 
 
 def run_main(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as stop:
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return outcome(lambda: main(list(argv)), capsys)
 
 
 def test_a_clearly_better_system_is_significant_and_its_flips_are_listed(
@@ -153,13 +143,13 @@ def test_a_bad_name_or_an_incomparable_pair_stops_with_one_line_and_status_2(
 
 @pytest.mark.slow
 def test_log_attaches_the_comparison_to_the_run_and_the_audit_still_passes(
-        audit_result: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture,
+        result_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`--log` puts the comparison where users look (the run's artifacts and tags, issue 27);
     a comparison made later is not a forgery of the run's record."""
     import mlflow  # noqa: PLC0415
 
-    repo = copy_result(audit_result[0], tmp_path / "result")
+    repo = result_copy
     client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
     rid = run.info.run_id

@@ -81,8 +81,7 @@ def test_every_training_row_round_trips_and_the_contract_says_so(work: Path) -> 
 
 
 def test_a_model_file_that_differs_from_the_contract_is_refused_naming_both_hashes(
-    work: Path, tmp_path: Path
-) -> None:
+        work: Path, tmp_path: Path) -> None:
     for name in ("contract.json", "src.model", "tgt.model"):
         shutil.copy(work / "tokenizer" / name, tmp_path / name)
     contract = json.loads((tmp_path / "contract.json").read_text())
@@ -94,8 +93,7 @@ def test_a_model_file_that_differs_from_the_contract_is_refused_naming_both_hash
 
 
 def test_a_contract_that_differs_from_the_checkpoint_is_refused_naming_both_hashes(
-    work: Path,
-) -> None:
+        work: Path) -> None:
     contract = json.loads((work / "tokenizer/contract.json").read_text())
     stored = {"src": contract["src"]["sha256"], "tgt": "0" * 64}
     with pytest.raises(TokenizerMismatch, match=f"{contract['tgt']['sha256']}.*{'0' * 64}"):
@@ -110,20 +108,17 @@ def test_strict_prepare_stage_exits_naming_file_line_reason_and_row(work: Path) 
     assert "data/external/user.tsv:4: invalid-utf8: 'caf\\\\xe9\\tK AE F\\tg3'" in res.stderr
 
 
-def test_fetch_refuses_a_user_file_outside_the_tracked_external_folder(
-    tmp_path: Path,
-) -> None:
-    (tmp_path / "elsewhere.tsv").write_bytes(b"a\tb\n")
-    res = run_stage(tmp_path, "fetch", {"data": {"path": "elsewhere.tsv"},
-                                        "paths": {"raw": "data/raw/elsewhere.tsv"}})
-    assert res.returncode != 0 and "outside data/external/" in res.stderr
-
-
-def test_fetch_refuses_a_user_file_whose_sha256_differs_from_the_pinned_one(
-    tmp_path: Path,
-) -> None:
-    (tmp_path / "data/external").mkdir(parents=True)
-    (tmp_path / "data/external/user.tsv").write_bytes(b"a\tb\n")
-    res = run_stage(tmp_path, "fetch", {"data": {"sha256": "1" * 64}})
-    assert res.returncode != 0 and "1" * 64 in res.stderr
-    assert not (tmp_path / "data/raw/user.tsv").exists()
+@pytest.mark.parametrize(("user_file", "params", "said"), [
+    pytest.param("elsewhere.tsv", {"data": {"path": "elsewhere.tsv"}, "paths": {
+        "raw": "data/raw/elsewhere.tsv"}}, "outside data/external/",
+        id="test_fetch_refuses_a_user_file_outside_the_tracked_external_folder"),
+    pytest.param("data/external/user.tsv", {"data": {"sha256": "1" * 64}}, "1" * 64,
+                 id="test_fetch_refuses_a_user_file_whose_sha256_differs_from_the_pinned_one"),
+])
+def test_fetch_refuses_a_user_file_and_copies_nothing(
+        user_file: str, params: dict, said: str, tmp_path: Path) -> None:
+    (tmp_path / user_file).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / user_file).write_bytes(b"a\tb\n")
+    res = run_stage(tmp_path, "fetch", params)
+    assert res.returncode != 0 and said in res.stderr
+    assert not (tmp_path / "data/raw" / Path(user_file).name).exists()

@@ -1,12 +1,6 @@
-"""Declared reads are actual reads (STYLE rule 14, issue 12).
-
-Each stage's ``deps`` in dvc.yaml cover exactly the repository modules its entry module
-imports (the closure, computed from the source with ``ast``), and its ``params`` are exactly
-the config keys it reads while it runs (recorded by a wrapper this test installs on the
-frozen config dataclasses). Both comparisons go both ways: an undeclared read lets
-``dvc repro`` skip a stage whose output changed; a declared dependency nobody reads re-runs
-a stage for nothing.
-"""
+"""Declared reads are actual reads (STYLE rule 14, issue 12): a stage's dvc.yaml ``deps`` are
+exactly its import closure and its ``params`` the config keys it reads, both ways (an undeclared
+read lets ``dvc repro`` skip a changed stage; an unread one re-runs it for nothing)."""
 
 from __future__ import annotations
 
@@ -16,9 +10,15 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 
-from tests.factories import REPO
+from seqcore.config import Config, DecodeConfig, as_dict, config_from_dict, flatten
+from seqcore.data.examples import Example
+from seqcore.decoding.factory import make_decoder
+from seqcore.models.transformer import Transformer, TransformerShape
+from seqcore.training.setups import position_range
+from tests.factories import IDS, REPO
 from tests.pipeline_helpers import CODE_ROOTS, TINY_PARAMS, copy_repo, import_closure, merge
 
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
@@ -51,13 +51,9 @@ def test_stage_deps_are_exactly_the_import_closure_of_its_entry_module(stage: st
         assert not unused, f"{stage}: dvc.yaml dep {dep} holds modules it never imports: {unused}"
 
 
-# -- params: the config keys each stage reads while it runs -----------------------------------
-
-#: Runs every stage in one process (torch is imported once). Before any stage module is
-#: imported, load_config is wrapped to index the loaded tree (object id -> dotted prefix) and
-#: each config dataclass gets a __getattribute__ that records reads of leaf fields of that
-#: tree (the task's params checks aside, as the loader's). Config objects built elsewhere (e.g. the model file's own ModelConfig) are not
-#: params.yaml and are not recorded. The wrapper lives only here: the stages run unchanged.
+#: Runs every stage in one process, recording the leaf fields read on the tree load_config
+#: returns (indexed by object id -> dotted prefix), not on config objects built elsewhere (the
+#: model file's own ModelConfig) nor in the params checks. The stages run unchanged.
 RECORDER = r"""
 import dataclasses, json, runpy, sys
 import seqcore.config as C
@@ -91,8 +87,8 @@ def load_config(path):
     return cfg
 
 C.load_config = load_config
-# The params checks stop a stage and make no output: the loader's run before the tree is
-# indexed, the task's own (seqcore.tasks.task_checked, issue 50) are not recorded either.
+# The params checks make no output: the loader's run before indexing; the task's own
+# (seqcore.tasks.task_checked, issue 50) are not recorded either.
 import seqcore.tasks as T
 real_checked = T.task_checked
 
@@ -114,14 +110,11 @@ print(json.dumps(out))
 
 
 def all_keys() -> set[str]:
-    from seqcore.config import Config, as_dict, flatten  # noqa: PLC0415
-
     return set(flatten(as_dict(Config())))
 
 
 def declared_params(stage: dict) -> set[str]:
-    """Leaf keys the stage declares; a section name (``model``) covers its keys, and a bare
-    ``params.yaml:`` entry covers the whole file."""
+    """Leaf keys the stage declares (a section name covers its keys, ``params.yaml:`` all)."""
     keys, out = all_keys(), set()
     for entry in stage.get("params", []):
         names = [entry] if isinstance(entry, str) else \
@@ -156,9 +149,6 @@ def test_stage_params_are_exactly_the_config_keys_it_reads(
 
 
 def test_model_position_range_depends_on_the_sequence_contract_not_on_decode() -> None:
-    from seqcore.config import config_from_dict  # noqa: PLC0415
-    from seqcore.training.setups import position_range  # noqa: PLC0415
-
     short, long_ = (config_from_dict({"decode": {"max_len": n}}) for n in (8, 64))
     assert position_range(short.sequence) == position_range(long_.sequence) == 33
     wide = config_from_dict({"sequence": {"max_src_len": 40, "max_tgt_len": 20}})
@@ -170,25 +160,17 @@ def test_model_position_range_depends_on_the_sequence_contract_not_on_decode() -
 def test_decoders_use_exactly_the_positions_of_their_length_cap(
         strategy: str, use_cache: bool) -> None:
     """A cap of max_positions tokens (EOS never allowed) fits; one more does not."""
-    import torch  # noqa: PLC0415
-
-    from seqcore.config import DecodeConfig  # noqa: PLC0415
-    from seqcore.contract import SpecialIds  # noqa: PLC0415
-    from seqcore.data.examples import Example  # noqa: PLC0415
-    from seqcore.decoding.factory import make_decoder  # noqa: PLC0415
-    from seqcore.models.transformer import Transformer, TransformerShape  # noqa: PLC0415
-
-    ids, limit = SpecialIds(0, 1, 2, 3), 6
+    limit = 6
     model = Transformer(TransformerShape(12, 12, 16, 2, 1, 1, 32, 0.0, True, "learned", True,
                                          limit, 0)).eval()
     examples = [Example(str(i), str(i), "", "", [4 + i] * limit, [5], True) for i in range(2)]
     src = torch.tensor([ex.src for ex in examples])
-    for cap, fits in ((limit, True), (limit + 1, False)):
+
+    def decode(cap: int) -> list:
         cfg = DecodeConfig(strategy=strategy, beam_size=2, max_len=cap, min_len=cap - 1)
-        decode = make_decoder(cfg, ids, use_cache)
-        if fits:
-            hyps = decode(model, src, torch.ones_like(src, dtype=torch.bool), examples)
-            assert max(len(n[0].tokens) for n in hyps) == limit
-        else:
-            with pytest.raises(ValueError, match=f"position {limit} >= max_len {limit}"):
-                decode(model, src, torch.ones_like(src, dtype=torch.bool), examples)
+        return make_decoder(cfg, IDS, use_cache)(model, src, torch.ones_like(src, dtype=torch.bool),
+                                                 examples)
+
+    assert max(len(n[0].tokens) for n in decode(limit)) == limit
+    with pytest.raises(ValueError, match=f"position {limit} >= max_len {limit}"):
+        decode(limit + 1)

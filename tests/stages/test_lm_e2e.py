@@ -10,8 +10,8 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from tests.pipeline_helpers import copy_repo, dvc, run_audit
 
+from tests.pipeline_helpers import copy_repo, dvc, run_audit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -71,10 +71,9 @@ def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(
 
 def test_the_audit_passes_an_lm_result_and_names_a_perplexity_forged_with_its_lock(
         lm_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A consistent forger: a better test perplexity in every report, then `dvc commit`, so
-    # dvc.lock agrees. The redone evaluation and the MLflow run's copy of metrics.json name
-    # it; every other check must pass: the LM's contract (from the params and
-    # its documents), counts (nothing decoded), the redone stages, the training record and
+    # A consistent forger: a better test perplexity in every report, then `dvc commit`. The
+    # redone evaluation and the MLflow run's metrics.json name it; every other check passes:
+    # the LM's contract, counts (nothing decoded), the redone stages, the training record and
     # its replay (issue 33: the streams' cursor and carried RNN state resume bit for bit).
     repo = shutil.copytree(lm_result[0], tmp_path / "copy", symlinks=True)
     for name in ("metrics.json", "headline.json"):

@@ -1,5 +1,5 @@
-"""The train stage with ``task: lm``: CMUdict documents in, model and perplexities out, and a
-second run resumes from the final checkpoint instead of training again."""
+"""The train stage with ``task: lm``: CMUdict documents in, model and perplexities out; a
+second run resumes from the final checkpoint."""
 
 from __future__ import annotations
 

@@ -13,18 +13,17 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
+
 from tests.factories import REPO
 from tests.pipeline_helpers import (
     TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, stage_python, tool_env)
 
-
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DOC = REPO / "docs/own-data.md"
-#: What the page's commands stand for in a test: the user's file is written by the test,
-#: `make repro` (which would build a .venv in the copy) is the `dvc repro` it runs, and the
-#: audit runs the checks that the documented order once failed (issue 30; the whole audit of
-#: a tiny result is tests/audit/test_audit.py's).
+#: The page's commands in a test: the test writes the user's file, `make repro` (it would
+#: build a .venv) is `dvc repro`, and the audit runs the checks the documented order once
+#: failed (issue 30; the whole audit: tests/audit/test_audit.py).
 STANDS_FOR = {"cp ~/p2g.tsv data/external/p2g.tsv": None, "make repro": "dvc repro",
               "python -m pipeline.audit":
                   'python -m pipeline.audit --only "evaluate redone,mlflow run"'}
@@ -120,8 +119,7 @@ def test_a_p2g_tsv_runs_end_to_end_with_a_tokenizer_that_covers_it(p2g_repo: Pat
 
 
 def test_the_run_lands_in_an_mlflow_experiment_named_after_the_task_and_data(
-    p2g_repo: Path,
-) -> None:
+        p2g_repo: Path) -> None:
     client = mlflow.MlflowClient(f"sqlite:///{p2g_repo / 'mlflow.db'}")
     names = {e.name for e in client.search_experiments()}
     assert "seqcore-parallel-p2g" in names and "seqcore-g2p" not in names

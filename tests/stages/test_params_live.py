@@ -1,23 +1,15 @@
-"""Every parameter of params.yaml is proven live where a stage reads it, or listed with a reason.
-
-The schema (the dataclasses of seqcore/config.py) is walked leaf by leaf. Each leaf has either
-a case in ``LIVE`` (the stage that reads it, another valid value, and the conditions under
-which it applies) or a reason in ``NOT_RESULTS``. A case runs the stage's real ``main()``
-in-process, as ``dvc repro`` would after that change: the stages from the first one that
-declares a changed key in dvc.yaml down to the case's stage, each in a copy of a tiny
-workspace (a few hundred CMUdict entries, a 16-wide model, 4 steps). The stage's results
-(its output files, without the bytes that merely echo a parameter value) must differ from
-the run without the change.
-"""
+"""Every leaf of params.yaml is proven live where a stage reads it, or listed with a reason:
+a case re-runs the stages ``dvc repro`` would (their real ``main()``, in a tiny workspace), and
+the stage's outputs (less the bytes that echo a parameter) must differ from the unchanged run."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import io
 import json
-import os
 import shutil
 import sys
 import typing
@@ -36,17 +28,15 @@ from seqcore.g2p import is_illegal_phoneme
 from seqcore.metrics.recompute import eval_spec
 from seqcore.blobs import load_blob
 from tests.factories import REPO
-from tests.pipeline_helpers import merge, nested
+from tests.pipeline_helpers import declares, merge, nested
 
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 
 
 @dataclass(frozen=True)
 class Live:
-    """Setting ``key`` to ``value`` (with ``when`` applied to both runs) changes ``stage``.
-
-    ``fails=True``: the parameter is a guard; the changed run must stop with an error.
-    """
+    """Setting the key to ``value`` (``when`` applied to both runs) changes ``stage``; with
+    ``fails`` (a guard) the changed run must stop with an error."""
 
     stage: str
     value: Any
@@ -67,7 +57,7 @@ NO_UNK_GUARD = {"tokenizer.max_unk_rate": 1.0}  # a smaller vocabulary makes UNK
 LM = {"task": "lm", "model.family": "gru", "train.batch_size": 4}
 TSV = {"data.source": "tsv", "data.path": "data/external/pairs.tsv", "paths.raw": "data/raw/pairs.tsv"}
 
-#: One line per parameter that changes results: stage, another valid value, conditions.
+#: Every parameter that changes results: stage, another valid value, conditions.
 LIVE: dict[str, Live] = {
     "task": Live("evaluate", "parallel", {"tokenizer.tgt_model_type": "char"}),  # g2p: ARPAbet
     "data.source": Live("fetch", "tsv", {"data.path": "data/external/pairs.tsv",
@@ -75,15 +65,11 @@ LIVE: dict[str, Live] = {
     # the raw snapshot must be named after data.path, so another path alone is refused
     "data.path": Live("prepare", "data/external/other.tsv", TSV, fails=True),
     "data.sha256": Live("fetch", "0" * 64, fails=True),
-    "data.keep_stress": Live("prepare", True),
-    "data.normalization": Live("prepare", "none"),
-    "data.casefold": Live("prepare", False),
+    **{f"data.{k}": Live("prepare", v) for k, v in (
+        ("keep_stress", True), ("normalization", "none"), ("casefold", False),
+        ("split_seed", 7), ("dev_fraction", 0.3), ("test_fraction", 0.3), ("max_pairs", 100))},
     "data.casefold_target": Live("prepare", True, TSV),  # TSV targets become lower case
     "data.bad_rows": Live("prepare", "strict", fails=True),
-    "data.split_seed": Live("prepare", 7),
-    "data.dev_fraction": Live("prepare", 0.3),
-    "data.test_fraction": Live("prepare", 0.3),
-    "data.max_pairs": Live("prepare", 100),
     "data.min_split_rows": Live("prepare", 10**6, fails=True),
     "data.max_target_share": Live("prepare", 1e-6, fails=True),
     "data.max_reject_rate": Live("prepare", 0.0, fails=True),  # the sample has a bad row
@@ -92,12 +78,8 @@ LIVE: dict[str, Live] = {
     "tokenizer.tgt_model_type": Live("tokenizer", "char"),
     "tokenizer.tgt_vocab_size": Live("tokenizer", 30, NO_UNK_GUARD),
     "tokenizer.character_coverage": Live("tokenizer", 0.985, NO_UNK_GUARD),
-    "tokenizer.pad_id": Live("tokenizer", 4),
-    "tokenizer.unk_id": Live("tokenizer", 4),
-    "tokenizer.bos_id": Live("tokenizer", 4),
-    "tokenizer.eos_id": Live("tokenizer", 4),
-    "sequence.max_src_len": Live("tokenizer", 6, NO_DROP_GUARD),
-    "sequence.max_tgt_len": Live("tokenizer", 6, NO_DROP_GUARD),
+    **{f"tokenizer.{k}_id": Live("tokenizer", 4) for k in ("pad", "unk", "bos", "eos")},
+    **{f"sequence.max_{k}_len": Live("tokenizer", 6, NO_DROP_GUARD) for k in ("src", "tgt")},
     "sequence.max_drop_rate": Live("tokenizer", 0.0, {"sequence.max_src_len": 6,
                                                       "sequence.max_drop_rate": 1.0}, fails=True),
     "sequence.overlong": Live("tokenizer", "truncate", {"sequence.max_src_len": 6,
@@ -105,90 +87,59 @@ LIVE: dict[str, Live] = {
     "sequence.loss_norm": Live("train", "sum"),
     "sequence.label_smoothing": Live("train", 0.0),
     "model.family": Live("train", "gru"),
-    "model.transformer.d_model": Live("train", 8),
-    "model.transformer.n_heads": Live("train", 4),
-    "model.transformer.enc_layers": Live("train", 2),
-    "model.transformer.dec_layers": Live("train", 2),
-    "model.transformer.d_ff": Live("train", 16),
-    "model.transformer.dropout": Live("train", 0.3),
-    "model.transformer.norm_first": Live("train", False),
-    "model.transformer.positions": Live("train", "learned"),
-    "model.transformer.tie_embeddings": Live("train", False),
-    "model.transformer.attention_kernel": Live("train", "math"),
-    "model.rnn.embed_dim": Live("train", 8, GRU),
-    "model.rnn.hidden": Live("train", 8, GRU),
-    "model.rnn.enc_layers": Live("train", 2, GRU),
-    "model.rnn.dec_layers": Live("train", 2, GRU),
-    "model.rnn.dropout": Live("train", 0.3, GRU),
-    "model.rnn.attention": Live("train", "dot", GRU),
-    "train.seed": Live("train", 99),
-    "train.batch_size": Live("train", 8),
-    "train.bucket_width": Live("train", 100),
-    "train.accum_steps": Live("train", 2),
-    "train.max_steps": Live("train", 7),
+    **{f"model.transformer.{k}": Live("train", v) for k, v in (
+        ("d_model", 8), ("n_heads", 4), ("enc_layers", 2), ("dec_layers", 2), ("d_ff", 16),
+        ("dropout", 0.3), ("norm_first", False), ("positions", "learned"),
+        ("tie_embeddings", False), ("attention_kernel", "math"))},
+    **{f"model.rnn.{k}": Live("train", v, GRU) for k, v in (
+        ("embed_dim", 8), ("hidden", 8), ("enc_layers", 2), ("dec_layers", 2), ("dropout", 0.3),
+        ("attention", "dot"))},
+    **{f"train.{k}": Live("train", v) for k, v in (
+        ("seed", 99), ("batch_size", 8), ("bucket_width", 100), ("accum_steps", 2),
+        ("max_steps", 7), ("lr", 0.5), ("warmup_steps", 1), ("betas", [0.5, 0.9]), ("eps", 1e-3),
+        ("weight_decay", 0.1), ("clip_norm", 0.01), ("eval_every", 3), ("checkpoint_every", 5),
+        ("ledger_every", 3), ("keep_last", 1), ("dev_decode_words", 1), ("dev_decode_beam", 4),
+        ("mrt_steps", 2))},
     "train.optimizer": Live("train", "adamw", {"train.weight_decay": 0.1}),
-    "train.lr": Live("train", 0.5),
     "train.schedule": Live("train", "constant", {"train.lr": 1e-3}),
-    "train.warmup_steps": Live("train", 1),
-    "train.betas": Live("train", [0.5, 0.9]),
-    "train.eps": Live("train", 1e-3),
-    "train.weight_decay": Live("train", 0.1),
-    "train.clip_norm": Live("train", 0.01),
     "train.amp": Live("train", "bf16", {"train.cpu_kernels": "native"}),
     "train.max_consecutive_skips": Live(
         "train", 1, {"train.lr": 1e30, "train.max_consecutive_skips": 100}, fails=True),
-    "train.eval_every": Live("train", 3),
-    "train.checkpoint_every": Live("train", 5),
-    "train.ledger_every": Live("train", 3),
-    "train.keep_last": Live("train", 1),
     "train.select": Live("train", "last", {"train.lr": 20.0}),
-    "train.dev_decode_words": Live("train", 1),
-    "train.dev_decode_beam": Live("train", 4),
-    "train.mrt_steps": Live("train", 2),
     **{f"train.mrt_{k}": Live("train", v, {"train.mrt_steps": 2}) for k, v in (
         ("candidates", 2), ("search", "sample"), ("reference", False), ("risk", "zero_one"),
         ("alpha", 0.25), ("lr", 0.05))},
     "train.ss_schedule": Live("train", "linear", {"train.ss_k": 1.0, "train.ss_cap": 0.9}),
-    "train.ss_k": Live("train", 1000.0, SS),
-    "train.ss_cap": Live("train", 0.5, SS),
-    "train.ss_choice": Live("train", "sample", SS),
+    **{f"train.ss_{k}": Live("train", v, SS) for k, v in (
+        ("k", 1000.0), ("cap", 0.5), ("choice", "sample"))},
     "train.bptt_len": Live("train", 8, LM),
     "train.threads": Live("train", 2),  # float sums split differently: last-bit changes
-    "decode.split": Live("decode", "dev"),
+    **{f"decode.{k}": Live("decode", v) for k, v in (
+        ("split", "dev"), ("min_len", 5), ("no_repeat_ngram", 1), ("banned_tokens", [4, 5, 6]),
+        ("rescore", "none"))},
     "decode.strategy": Live("decode", "greedy", {"decode.beam_size": 5}),
     "decode.beam_size": Live("decode", 2, {"decode.strategy": "beam"}),
     "decode.n_best": Live("decode", 2, BEAM),
     "decode.length_norm": Live("decode", "avg", BEAM),
     "decode.alpha": Live("decode", 3.0, {**BEAM, "decode.length_norm": "gnmt"}),
-    "decode.min_len": Live("decode", 5),
     "decode.max_len": Live("decode", 9, RANDOM_OUTPUTS),
     "decode.max_len_ratio": Live("decode", 0.1, {"decode.min_len": 8}),
-    "decode.no_repeat_ngram": Live("decode", 1),
-    "decode.temperature": Live("decode", 0.3, SAMPLE),
-    "decode.top_k": Live("decode", 2, SAMPLE),
-    "decode.top_p": Live("decode", 0.5, SAMPLE),
-    "decode.seed": Live("decode", 1, SAMPLE),
-    "decode.banned_tokens": Live("decode", [4, 5, 6]),
+    **{f"decode.{k}": Live("decode", v, SAMPLE) for k, v in (
+        ("temperature", 0.3), ("top_k", 2), ("top_p", 0.5), ("seed", 1))},
     "decode.batch_size": Live("decode", 3),  # same tokens; scores differ by float rounding
-    "evaluate.bucket_edges": Live("evaluate", [2]),
+    "decode.rescore_weight": Live("decode", 1.0, {"decode.rescore": "baseline"}),
+    **{f"evaluate.{k}": Live("evaluate", v) for k, v in (
+        ("bucket_edges", [2]), ("prediction_sample", 1), ("group_by", "group"))},
     "evaluate.repeat_ngram": Live("evaluate", 1, {"evaluate.repeat_times": 2}),
     "evaluate.repeat_times": Live("evaluate", 5, {**RANDOM_OUTPUTS, "evaluate.repeat_ngram": 1}),
     "evaluate.examples_per_failure": Live("evaluate", 1, {**RANDOM_OUTPUTS, "decode.max_len": 9}),
-    "evaluate.prediction_sample": Live("evaluate", 1),
-    "evaluate.group_by": Live("evaluate", "group"),
     # the intervals in metrics.json (perplexity's moves with any draw)
-    "evaluate.bootstrap_samples": Live("evaluate", 50),
-    "evaluate.bootstrap_seed": Live("evaluate", 1),
-    "evaluate.confidence": Live("evaluate", 0.5),
+    **{f"evaluate.{k}": Live("evaluate", v) for k, v in (
+        ("bootstrap_samples", 50), ("bootstrap_seed", 1), ("confidence", 0.5))},
     "baseline.kind": Live("baseline", "none", {"decode.rescore": "none"}),
-    "baseline.order": Live("baseline", 2),
-    "baseline.seq1_max": Live("baseline", 1),
-    "baseline.seq2_max": Live("baseline", 1),
-    "baseline.seq1_del": Live("baseline", True),
-    "baseline.seq2_del": Live("baseline", False),
-    "baseline.nbest": Live("baseline", 3),
-    "decode.rescore": Live("decode", "none"),
-    "decode.rescore_weight": Live("decode", 1.0, {"decode.rescore": "baseline"}),
+    **{f"baseline.{k}": Live("baseline", v) for k, v in (
+        ("order", 2), ("seq1_max", 1), ("seq2_max", 1), ("seq1_del", True), ("seq2_del", False),
+        ("nbest", 3))},
 }
 
 #: Parameters (or whole sections, by prefix ending in ".") that change no result, and why.
@@ -200,32 +151,25 @@ NOT_RESULTS: dict[str, str] = {
                    "single-process weights (tests/training/test_distributed.py); run there, not in-process",
     "decode.device": "where decoding runs; auto and cpu are the same device without a GPU "
                      "(tests/training/test_cuda.py decodes a CUDA-trained model on the CPU)",
-    "data.max_copy_share": "a guard: stops prepare or passes (no CMUdict row copies its "
-                           "source); its stop is tested in tests/data/test_own_data.py",
-    "tokenizer.max_unk_rate": "a guard: stops the tokenizer stage or passes; its stop is "
-                              "tested in tests/data/test_own_data.py",
+    "data.max_copy_share": "a guard (no CMUdict row copies its source): test_own_data.py",
+    "tokenizer.max_unk_rate": "a guard: the tokenizer stops or passes (test_own_data.py)",
     "paths.": "where a file is read or written (templated into dvc.yaml); not what it holds",
     "evaluate.details_dir": "a path (the folder of plot data and images)",
     "mlflow.tracking_uri": "where the run is logged; no DVC-tracked output depends on it",
     "mlflow.experiment": "the MLflow experiment name the run is logged under",
     "mlflow.registered_model": "the Model Registry name the run's model is registered under "
                                "(tests/mlflow/test_registry.py); no DVC-tracked output depends on it",
-    "train.cpu_kernels": "the CPU kernel profile acts before torch's first kernel (a stage "
-                         "relaunches itself), which an in-process case cannot change; its "
-                         "bytes: tests/test_kernels.py (the golden training, the "
-                         "relaunched stage) and tools/cpu_models.py; a training-contract key",
+    "train.cpu_kernels": "acts before torch's first kernel (a stage relaunches itself), out of "
+                         "an in-process case's reach; its bytes: tests/test_kernels.py and "
+                         "tools/cpu_models.py; a training-contract key",
     "decode.cpu_kernels": "as train.cpu_kernels, for decode and evaluate; the cpuk field of "
                           "the result signature",
-    "decode.tuned_on": "which split chose the decode settings (python -m pipeline.tune "
-                       "--write): the tuned field of the result signature, no output row "
-                       "(tests/stages/test_tune.py)",
+    "decode.tuned_on": "which split chose the decode settings (pipeline.tune --write): the "
+                       "tuned field of the result signature (tests/stages/test_tune.py)",
     "train.log_every": "how often a progress line goes to stderr (logging)",
     "train.resume": "resuming gives identical losses and model (tests/training/test_resume.py, "
                     "tests/stages/test_resume_stage.py); fresh only deletes old checkpoints",
 }
-
-
-# -- the schema ------------------------------------------------------------------------------
 
 
 def schema_leaves(cls: type = Config, prefix: str = "") -> list[str]:
@@ -272,10 +216,8 @@ BASE: dict[str, Any] = {
     "train.max_steps": 40, "train.batch_size": 32, "train.eval_every": 10,
     "train.checkpoint_every": 10, "train.warmup_steps": 10, "train.keep_last": 2,
     # a rate the tiny model learns from in 40 steps (the default cosine 3e-3 is sized for
-    # 10,000 steps): its outputs then vary, so decode and evaluate parameters can show.
-    # The fused kernel and the lowest-dev-NLL weights, as before the default moved to math
-    # and last. The cases that need failing outputs make them with RANDOM_OUTPUTS: what this
-    # tiny model emits differs between CPUs (bf16 numerics).
+    # 10,000 steps), so its outputs vary and decode and evaluate parameters can show; the
+    # fused kernel and the lowest-dev-NLL weights (the defaults before math and last)
     "train.schedule": "noam", "train.lr": 1.0, "train.select": "best_dev",
     "model.transformer.attention_kernel": "auto",
     "train.threads": 1, "decode.max_len": 12, "decode.batch_size": 64,
@@ -283,11 +225,9 @@ BASE: dict[str, Any] = {
     "mlflow.tracking_uri": "http://127.0.0.1:9",
 }
 
-#: Conditions of every case of a stage: training cases run 8 steps (the base model that
-#: decode and evaluate use is trained for 40, so that it writes varied outputs).
-STAGE_WHEN: dict[str, dict[str, Any]] = {
-    "train": {"train.max_steps": 8, "train.eval_every": 4, "train.checkpoint_every": 2},
-}
+#: Conditions of every case of a stage: training cases run 8 steps (the base model of decode
+#: and evaluate trains for 40, so that it writes varied outputs).
+STAGE_WHEN = {"train": {"train.max_steps": 8, "train.eval_every": 4, "train.checkpoint_every": 2}}
 
 #: CMUdict-format raw lines the sample lacks: NFKC and case variants, a bad row, long words.
 EXTRA_RAW = ["ＦＩＳＨ F IH1 SH", "Quartz K W AO1 R T S", "lonely-field",
@@ -306,42 +246,25 @@ def declared_params() -> dict[str, list[str]]:
     return {name: list(stages[name].get("params", [])) for name in STAGES}
 
 
-def declares(stage_params: list[str | dict], key: str) -> bool:
-    """Whether ``key`` is among a stage's params (``- params.yaml:`` declares every key)."""
-    if any(isinstance(p, dict) and "params.yaml" in p for p in stage_params):
-        return True
-    return any(key == p or key.startswith(p + ".") for p in stage_params if isinstance(p, str))
-
-
 @contextlib.contextmanager
 def in_dir(path: Path) -> Iterator[None]:
-    old, threads = Path.cwd(), torch.get_num_threads()
-    os.chdir(path)
+    threads = torch.get_num_threads()
     try:
-        yield
+        with contextlib.chdir(path):
+            yield
     finally:
-        os.chdir(old)
         torch.set_num_threads(threads)
 
 
 def run_main(stage: str, workdir: Path) -> None:
     """The stage's own main(), as ``python -m pipeline.<stage>`` runs it, quietly."""
-    import importlib  # noqa: PLC0415
-
     main = importlib.import_module(f"pipeline.{stage}").main
-    saved = {k: os.environ.pop(k, None) for k in ("MLFLOW_TRACKING_URI",
-                                                   "MLFLOW_HTTP_REQUEST_MAX_RETRIES")}
-    argv, sys.argv = sys.argv, [f"pipeline.{stage}", "--params", "params.yaml"]
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"  # the closed port answers at once
-    try:
-        with in_dir(workdir), contextlib.redirect_stderr(io.StringIO()):
-            main()
-    finally:
-        sys.argv = argv
-        for key, value in saved.items():
-            os.environ.pop(key, None)
-            if value is not None:
-                os.environ[key] = value
+    with pytest.MonkeyPatch.context() as mp, in_dir(workdir), \
+            contextlib.redirect_stderr(io.StringIO()):
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the closed port answers at once
+        mp.setattr(sys, "argv", [f"pipeline.{stage}", "--params", "params.yaml"])
+        main()
 
 
 def tensor_digest(state: dict[str, torch.Tensor]) -> str:
@@ -356,6 +279,10 @@ def read(path: Path) -> str:
     return path.read_text(encoding="utf-8") if path.exists() else "<absent>"
 
 
+def jsonl(folder: str, splits: tuple[str, ...] = ("train", "dev", "test")) -> str:
+    return "".join(read(Path(folder) / f"{s}.jsonl") for s in splits)
+
+
 def results(stage: str, cfg: Config) -> dict[str, str]:
     """A stage's results: its declared outputs, less the bytes that only echo parameters."""
     p = cfg.paths
@@ -364,22 +291,18 @@ def results(stage: str, cfg: Config) -> dict[str, str]:
     if stage == "prepare":
         manifest = json.loads(read(Path(p.prepared) / "manifest.json"))
         manifest.pop("settings")  # the params themselves
-        return {"splits": "".join(read(Path(p.prepared) / f"{s}.jsonl")
-                                  for s in ("train", "dev", "test")),
-                "manifest": json.dumps(manifest, sort_keys=True), "rejects": read(Path(p.rejects))}
+        return {"splits": jsonl(p.prepared), "manifest": json.dumps(manifest, sort_keys=True),
+                "rejects": read(Path(p.rejects))}
     if stage == "tokenizer":
         models = "".join(hashlib.sha256((Path(p.tokenizer) / f"{s}.model").read_bytes()).hexdigest()
                          for s in ("src", "tgt"))
-        return {"models": models, "encoded": "".join(
-            read(Path(p.encoded) / f"{s}.jsonl") for s in ("train", "dev", "test")),
-            "rejects": read(Path(p.length_rejects))}
+        return {"models": models, "encoded": jsonl(p.encoded),
+                "rejects": read(Path(p.length_rejects))}
     if stage == "baseline":
         record = json.loads(read(Path(p.baseline) / "record.json"))
         record.pop("signature", None)  # echoes the settings
-        return {"predictions": "".join(read(Path(p.baseline) / f"{s}.jsonl")
-                                       for s in ("dev", "test")),
-                "record": json.dumps(record, sort_keys=True),
-                "rejects": read(Path(p.baseline_rejects))}
+        return {"predictions": jsonl(p.baseline, ("dev", "test")), "rejects": read(Path(
+            p.baseline_rejects)), "record": json.dumps(record, sort_keys=True)}
     if stage == "train":
         metrics = json.loads(read(Path(p.train_metrics)))
         for echo in ("checkpoints", "model_sha256", "selected"):
@@ -416,8 +339,7 @@ class Workspace:
         ext = self.base / "data/external"
         ext.mkdir(parents=True)
         raw = raw_sample()
-        tsv = "".join(f"{ln.split(' ', 1)[0]}\t{ln.split(' ', 1)[1]}\n" if " " in ln else ln + "\n"
-                      for ln in raw.splitlines())
+        tsv = "".join(ln.replace(" ", "\t", 1) + "\n" for ln in raw.splitlines())
         (ext / "pairs.tsv").write_text(tsv)
         (ext / "other.tsv").write_text(tsv)
         (self.base / "data/raw").mkdir(parents=True)

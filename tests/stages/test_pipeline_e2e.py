@@ -1,10 +1,13 @@
-"""The real `dvc repro` on a tiny parameter set, in a temporary copy of the repository."""
+"""The real `dvc repro` on a tiny parameter set, in a temporary copy of the repository (the
+session's result, which these tests change and restore)."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import pickle
 import shutil
 import sqlite3
 import subprocess
@@ -12,53 +15,47 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.pipeline_helpers import TINY_PARAMS, copy_result, dvc, stage_python
 
+from tests.pipeline_helpers import TINY_PARAMS, dvc, stage_python
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 
 
-@pytest.fixture(scope="module")
-def tiny_repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the session's tiny `dvc repro` result (these tests change it)."""
-    return copy_result(audit_result[0], tmp_path_factory.mktemp("repo") / "repo")
-
-
-def test_repro_writes_every_declared_output(tiny_repo: Path) -> None:
+def test_repro_writes_every_declared_output(result: Path) -> None:
     for path in ("data/raw/cmudict.dict", "data/prepared/manifest.json", "tokenizer/contract.json",
                  "models/model.pt", "predictions/test.jsonl", "reports/metrics.json",
                  "reports/report.md", "reports/buckets.csv", "reports/train_log.csv"):
-        assert (tiny_repo / path).exists(), path
+        assert (result / path).exists(), path
     # the repository starts with an empty store (tests.conftest.copy_repo): the run is in it
-    with contextlib.closing(sqlite3.connect(tiny_repo / "mlflow.db")) as db:
+    with contextlib.closing(sqlite3.connect(result / "mlflow.db")) as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone() == (1,)
 
 
-def test_status_is_clean_and_second_repro_reruns_nothing(tiny_repo: Path) -> None:
-    assert "up to date" in dvc(tiny_repo, "status")
+def test_status_is_clean_and_second_repro_reruns_nothing(result: Path) -> None:
+    assert "up to date" in dvc(result, "status")
     # byte-compiled files (written whenever Python imports a module) are not code changes
-    pyc = tiny_repo / "seqcore/training/__pycache__/fresh.cpython-311.pyc"
+    pyc = result / "seqcore/training/__pycache__/fresh.cpython-311.pyc"
     pyc.parent.mkdir(exist_ok=True)
     pyc.write_bytes(b"not a real pyc")
-    assert "up to date" in dvc(tiny_repo, "status")
-    out = dvc(tiny_repo, "repro")
+    assert "up to date" in dvc(result, "status")
+    out = dvc(result, "repro")
     assert "Running stage" not in out
 
 
-def test_metrics_are_within_their_valid_ranges(tiny_repo: Path) -> None:
-    m = json.loads((tiny_repo / "reports/metrics.json").read_text())
+def test_metrics_are_within_their_valid_ranges(result: Path) -> None:
+    m = json.loads((result / "reports/metrics.json").read_text())
     for key in ("exact_match", "exact_match_multi_ref"):
         assert 0.0 <= m[key] <= 1.0
     assert m["token_error_rate"] >= 0.0
     assert m["test_perplexity"] >= 1.0 and m["test_ppl_denominator_tokens"] > 0
-    assert m["examples"] == sum(1 for _ in open(tiny_repo / "predictions/test.jsonl"))
+    assert m["examples"] == sum(1 for _ in open(result / "predictions/test.jsonl"))
 
 
-def test_changing_a_decode_parameter_reruns_only_decode_and_evaluate(tiny_repo: Path) -> None:
-    params = tiny_repo / "params.yaml"
+def test_changing_a_decode_parameter_reruns_only_decode_and_evaluate(result: Path) -> None:
+    params = result / "params.yaml"
     params.write_text(params.read_text().replace("min_len: 0", "min_len: 1"))
-    out = dvc(tiny_repo, "repro")
+    out = dvc(result, "repro")
     ran = {s for s in STAGES if f"Running stage '{s}'" in out}
     assert ran == {"decode", "evaluate"}
 
@@ -71,100 +68,98 @@ def strict_json(path: Path) -> dict:
     return json.loads(path.read_text(), parse_constant=refuse)
 
 
-def test_metrics_files_are_strict_json(tiny_repo: Path) -> None:
+def test_metrics_files_are_strict_json(result: Path) -> None:
     for name in ("reports/metrics.json", "reports/train_metrics.json",
                  "predictions/test.header.json", "tokenizer/contract.json"):
-        strict_json(tiny_repo / name)
+        strict_json(result / name)
 
 
 def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     return subprocess.run([stage_python(), "-m", f"pipeline.{name}"], cwd=repo, env=env,
                           capture_output=True, text=True)
 
 
-def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(tiny_repo: Path) -> None:
-    params = tiny_repo / "params.yaml"
+def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(result: Path) -> None:
+    params = result / "params.yaml"
     good = params.read_text()
     lr = f"  lr: {TINY_PARAMS['train']['lr']}\n"
     assert lr in good
     params.write_text(good.replace(lr, f"{lr}  lrr: 0.5\n", 1))
     res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}") or "dvc",
-                          "repro"], cwd=tiny_repo, capture_output=True, text=True)
+                          "repro"], cwd=result, capture_output=True, text=True)
     params.write_text(good)
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?" in out
     assert {s for s in STAGES if f"Running stage '{s}'" in out} == set()
     assert "Traceback" not in out
-    assert "up to date" in dvc(tiny_repo, "status")
+    assert "up to date" in dvc(result, "status")
 
 
-def test_corrupt_best_checkpoint_falls_back_to_the_same_weights_on_rerun(tiny_repo: Path) -> None:
-    [best] = (tiny_repo / "checkpoints").glob("*/best.pt")
-    kept = {p: p.read_bytes() for p in (best, tiny_repo / "reports/train_log.csv",
-                                        tiny_repo / "models/model.pt")}
+def test_corrupt_best_checkpoint_falls_back_to_the_same_weights_on_rerun(result: Path) -> None:
+    [best] = (result / "checkpoints").glob("*/best.pt")
+    kept = {p: p.read_bytes() for p in (best, result / "reports/train_log.csv",
+                                        result / "models/model.pt")}
     best.write_bytes(kept[best][: len(kept[best]) // 2])
-    res = stage(tiny_repo, "train")
+    res = stage(result, "train")
+    rerun = (result / "models/model.pt").read_bytes()  # read before the restore below
     for path, data in kept.items():
         path.write_bytes(data)
     assert res.returncode == 0, res.stderr
-    assert f"warning: skipping unusable checkpoint {best.relative_to(tiny_repo)}: sha256" \
+    assert f"warning: skipping unusable checkpoint {best.relative_to(result)}: sha256" \
         in res.stderr
-    assert (tiny_repo / "models/model.pt").read_bytes() == kept[tiny_repo / "models/model.pt"]
+    assert rerun == kept[result / "models/model.pt"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "sidecar deleted"])
 def test_a_best_checkpoint_the_stage_refused_is_never_copied_into_the_ledger(
-        tiny_repo: Path, damage: str) -> None:
+        result: Path, damage: str) -> None:
     # issue 54: the ledger (a DVC output) took the refused best.pt, and with its sidecar
     # gone every later train stage died in a FileNotFoundError traceback
-    [best] = (tiny_repo / "checkpoints").glob("*/best.pt")
+    [best] = (result / "checkpoints").glob("*/best.pt")
     sidecar = best.with_name("best.pt.sha256")
     kept = {p: p.read_bytes() for p in (best, sidecar)}
     if damage == "truncated":
         best.write_bytes(kept[best][: len(kept[best]) // 2])
     else:
         sidecar.unlink()
-    runs = [stage(tiny_repo, "train") for _ in range(2)]  # and the stage stays runnable
-    ledger = sorted(p.name for p in (tiny_repo / "models/ledger").iterdir())
+    runs = [stage(result, "train") for _ in range(2)]  # and the stage stays runnable
+    ledger = sorted(p.name for p in (result / "models/ledger").iterdir())
     for path, data in kept.items():
         path.write_bytes(data)
     for res in runs:
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-        assert f"warning: {best.relative_to(tiny_repo)} is not copied into models/ledger: " \
+        assert f"warning: {best.relative_to(result)} is not copied into models/ledger: " \
             in res.stderr
     assert "best.pt" not in ledger and "best.pt.sha256" not in ledger
     assert ledger and all(n.startswith("ckpt-") for n in ledger)
-    assert stage(tiny_repo, "train").returncode == 0
-    assert "best.pt" in {p.name for p in (tiny_repo / "models/ledger").iterdir()}
+    assert stage(result, "train").returncode == 0
+    assert "best.pt" in {p.name for p in (result / "models/ledger").iterdir()}
 
 
 @pytest.mark.parametrize("name", ["decode", "evaluate"])
-def test_a_missing_input_file_stops_a_stage_in_one_line_naming_it(tiny_repo: Path,
-                                                                    name: str) -> None:
-    contract = tiny_repo / "tokenizer" / "contract.json"
+def test_a_missing_input_file_stops_a_stage_in_one_line_naming_it(result: Path, name: str) -> None:
+    contract = result / "tokenizer" / "contract.json"
     kept = contract.read_bytes()
     contract.unlink()
-    res = stage(tiny_repo, name)
+    res = stage(result, name)
     contract.write_bytes(kept)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.splitlines()[-1] == ("tokenizer/contract.json: missing; run the stages "
                                            "before this one (`dvc repro`) or `dvc pull` it")
 
 
-def test_a_model_file_that_is_not_weights_only_stops_decode_in_one_line(tiny_repo: Path) -> None:
-    model = tiny_repo / "models/model.pt"
+def test_a_model_file_that_is_not_weights_only_stops_decode_in_one_line(result: Path) -> None:
+    model = result / "models/model.pt"
     sidecar = model.with_name("model.pt.sha256")
     kept = {p: p.read_bytes() for p in (model, sidecar)}
-    import pickle  # noqa: PLC0415
     model.write_bytes(pickle.dumps({"model": [1.0]}))
-    sidecar.write_text(__import__("hashlib").sha256(model.read_bytes()).hexdigest() + "\n")
-    res = stage(tiny_repo, "decode")
+    sidecar.write_text(hashlib.sha256(model.read_bytes()).hexdigest() + "\n")
+    res = stage(result, "decode")
     for path, data in kept.items():
         path.write_bytes(data)
     assert res.returncode == 1
-    assert res.stderr == (f"{model.relative_to(tiny_repo)}: not a weights-only checkpoint (it is "
+    assert res.stderr == (f"{model.relative_to(result)}: not a weights-only checkpoint (it is "
                           "a plain pickle or not a torch.save archive); refused, nothing was "
                           "loaded\n")

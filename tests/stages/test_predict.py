@@ -1,6 +1,5 @@
-"""`python -m pipeline.predict`, the command users run most, on a broken result and on bad
-input: one line naming the file and what to do, exit 1 for a broken artifact, no traceback;
-a bad input line gets its own error line and every other line its answer (issue 31)."""
+"""`python -m pipeline.predict` on a broken result (one line naming the file, exit 1, no
+traceback) and on bad input (its own error line; every other line its answer; issue 31)."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,14 +15,9 @@ import torch
 
 from pipeline.predict import main
 from seqcore.blobs import load_blob, save_blob
-from tests.pipeline_helpers import copy_result
 
 pytestmark = pytest.mark.slow  # the shared tiny result
-
-
-@pytest.fixture(scope="module")
-def result(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_result(audit_result[0], tmp_path_factory.mktemp("predict") / "repo")
+Predict = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture
@@ -36,13 +31,15 @@ def repo(result: Path, tmp_path: Path) -> Path:
     return dest
 
 
-def run(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
-        stdin: bytes, *argv: str) -> tuple[int, str, str]:
-    monkeypatch.chdir(repo)
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+@pytest.fixture
+def run(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Predict:
+    """``run(stdin, *argv)``: predict in ``repo``; (exit status, stdout, stderr)."""
+    def predict(stdin: bytes, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.chdir(repo)
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+        return main(list(argv)), *capsys.readouterr()  # main runs first
+
+    return predict
 
 
 def nan_weights(repo: Path) -> None:
@@ -74,11 +71,10 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", list(BROKEN))
 def test_a_broken_result_stops_predict_in_one_line_with_status_1(
-        case: str, repo: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
+        case: str, repo: Path, run: Predict) -> None:
     breaks, want = BROKEN[case]
     breaks(repo)
-    code, out, err = run(repo, monkeypatch, capsys, b"cat\n")
+    code, out, err = run(b"cat\n")
     assert code == 1 and not out, out
     lines = err.splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -86,9 +82,8 @@ def test_a_broken_result_stops_predict_in_one_line_with_status_1(
 
 
 def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(
-        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    code, out, err = run(repo, monkeypatch, capsys, "cat\ncaf\u00e9\n".encode("cp1252")
-                         + b"dog\n")
+        run: Predict) -> None:
+    code, out, err = run("cat\ncaf\u00e9\n".encode("cp1252") + b"dog\n")
     assert code == 1 and "Traceback" not in err
     assert "[predict] line 2 'caf\\\\xe9': not valid UTF-8" in err.splitlines()
     answered = {line.split("\t")[0] for line in out.splitlines()}
@@ -98,40 +93,38 @@ def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(
 
 
 def test_an_invalid_utf8_argument_gets_its_own_error_and_the_others_their_answers(
-        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+        run: Predict) -> None:
     # issue 54: the shell passes bytes; Python decodes them with surrogateescape, which
     # crashed SentencePiece and left the other arguments unanswered
     bad = os.fsdecode("caf\u00e9".encode("cp1252"))
-    from_args = run(repo, monkeypatch, capsys, b"", "cat", bad, "dog")
-    from_stdin = run(repo, monkeypatch, capsys, "cat\ncaf\u00e9\n".encode("cp1252") + b"dog\n")
+    from_args = run(b"", "cat", bad, "dog")
+    from_stdin = run("cat\ncaf\u00e9\n".encode("cp1252") + b"dog\n")
     assert from_args == from_stdin and from_args[0] == 1 and "Traceback" not in from_args[2]
     assert "[predict] line 2 'caf\\\\xe9': not valid UTF-8" in from_args[2].splitlines()
 
 
 def test_predict_is_quiet_on_success_and_names_what_it_knows_when_it_refuses(
-        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    code, out, err = run(repo, monkeypatch, capsys, b"", "abc")
+        run: Predict) -> None:
+    code, out, err = run(b"", "abc")
     # the tiny model may give no answer it can stand behind; either way only the answer or
     # the line's reason is printed: the signature only with -v
     assert (code, err) == (0, "") if out else err.startswith("[predict] line 1 'abc': "), err
     assert len(err.splitlines()) <= 1 and "contract:" not in err
-    _, _, err = run(repo, monkeypatch, capsys, b"", "-v", "abc")
+    _, _, err = run(b"", "-v", "abc")
     assert err.startswith("[predict] contract: task:g2p|"), err
-    code, out, err = run(repo, monkeypatch, capsys, b"", "a%c")
+    code, out, err = run(b"", "a%c")
     assert code == 1 and not out
     assert err.startswith("[predict] line 1 'a%c': not in the source vocabulary: '%' (known: "), err
     known = err.split("(known: ", 1)[1].rsplit(" (", 1)[0].split()  # the pieces it knows
     assert err.rstrip().endswith(" pieces))") and {"a", "b", "c"} <= set(known), err
 
 
-
 def test_inputs_from_a_file_are_answered_line_by_line_as_from_stdin(
-        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
+        run: Predict, tmp_path: Path) -> None:
     words = tmp_path / "words.txt"
     words.write_bytes(b"cat\na%c\n" + "caf\u00e9".encode("cp1252") + b"\ndog\n")
-    from_file = run(repo, monkeypatch, capsys, b"", "--file", str(words))
-    from_stdin = run(repo, monkeypatch, capsys, words.read_bytes())
+    from_file = run(b"", "--file", str(words))
+    from_stdin = run(words.read_bytes())
     assert from_file == from_stdin and from_file[0] == 1
     assert "[predict] line 2 'a%c': not in the source vocabulary" in from_file[2]
     assert "[predict] line 3 'caf\\\\xe9': not valid UTF-8" in from_file[2]
@@ -143,9 +136,8 @@ def test_inputs_from_a_file_are_answered_line_by_line_as_from_stdin(
                                      "not both"),
 ])
 def test_a_bad_input_file_argument_is_one_line_with_status_2(
-        argv: tuple[str, ...], want: str, repo: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
-    code, out, err = run(repo, monkeypatch, capsys, b"", *argv)
+        argv: tuple[str, ...], want: str, run: Predict) -> None:
+    code, out, err = run(b"", *argv)
     assert (code, out, err) == (2, "", want + "\n")
 
 
@@ -165,9 +157,8 @@ def test_an_unknown_character_is_named_by_its_code_point_with_the_plain_one_to_t
     assert describe_span(span, known) == named
 
 
-def test_a_space_in_a_word_is_named_not_printed_as_an_empty_string(
-        repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    code, out, err = run(repo, monkeypatch, capsys, b"", "ab c")
+def test_a_space_in_a_word_is_named_not_printed_as_an_empty_string(run: Predict) -> None:
+    code, out, err = run(b"", "ab c")
     assert code == 1 and not out
     assert err.startswith("[predict] line 1 'ab c': not in the source vocabulary: ' ' "
                           "(U+0020 SPACE"), err

@@ -32,13 +32,12 @@ def losses(repo: Path) -> list[str]:
         return [row["loss"] for row in csv.DictReader(f)]
 
 
-def retrained(result: Path, dest: Path, log_every: int | None = None) -> Path:
+def retrained(result: Path, dest: Path, **train: int) -> Path:
     """A copy of the tiny result with TRAIN's settings (train and what follows it stale)."""
     repo = copy_result(result, dest)
     params = merge(yaml.safe_load((repo / "params.yaml").read_text()), TRAIN)
-    if log_every is not None:
-        params = merge(params, {"train": {"log_every": log_every}})
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (repo / "params.yaml").write_text(yaml.safe_dump(merge(params, {"train": train}),
+                                                     sort_keys=False))
     return repo
 
 

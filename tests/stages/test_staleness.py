@@ -1,16 +1,6 @@
-"""What an edit re-runs (issue 34): the staleness matrix, proven with `dvc status`, and the
-same bytes from another machine.
-
-For every leaf of params.yaml, :func:`expected` states once which stages a change to it makes
-stale: the rule of its section (:data:`SECTION`) unless the key is in the short list of
-:data:`EXCEPTIONS`, each with its reason. A stage that is not stale itself re-runs only when
-an upstream output changed bytes (DVC compares the md5 of each dep), so a guard raised
-re-runs the stage that checks it and stops there.
-
-The matrix is checked both ways against dvc.yaml for every key (no DVC needed), and against
-real `dvc status` on a tiny committed result for one key per group of keys with the same
-stages and for every exception.
-"""
+"""What an edit re-runs (issue 34): :func:`expected` states which stages a change to each
+params.yaml leaf makes stale (its section's rule or a listed exception), checked both ways
+against dvc.yaml for every key and against real `dvc status`; and the same bytes elsewhere."""
 
 from __future__ import annotations
 
@@ -30,7 +20,7 @@ import yaml
 
 from seqcore.config import Config, as_dict, flatten
 from tests.factories import REPO
-from tests.pipeline_helpers import copy_result, dvc, tool_env
+from tests.pipeline_helpers import declares, dvc, tool_env
 
 #: validate checks the whole file: every key makes it stale (it writes nothing).
 ALWAYS = frozenset({"validate"})
@@ -44,10 +34,8 @@ SECTION: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
     # the tokenizer signature, then the training contract
     "tokenizer": {"tokenizer", "train", "evaluate"},
     "sequence": {"tokenizer", "train", "evaluate"},
-    "model": {"train", "evaluate"},
-    "train": {"train", "evaluate"},
-    "decode": {"decode", "evaluate"},
-    "evaluate": {"evaluate"},
+    "model": {"train", "evaluate"}, "train": {"train", "evaluate"},
+    "decode": {"decode", "evaluate"}, "evaluate": {"evaluate"},
     "baseline": {"baseline", "evaluate"},
     "mlflow": {"evaluate"},  # where the run is logged; no DVC-tracked byte
 }.items()}
@@ -86,11 +74,15 @@ def leaves() -> list[str]:
     return [k for k in flatten(as_dict(Config())) if not k.startswith(TEMPLATED)]
 
 
+def locked_outs(repo: Path) -> dict[str, str]:
+    """path -> md5 of every out in ``repo``'s dvc.lock."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    return {o["path"]: o["md5"] for stage in lock["stages"].values() for o in stage.get("outs", [])}
+
+
 def expected(key: str) -> frozenset[str]:
     """The stages `dvc status` lists after ``key`` changes."""
-    if key in EXCEPTIONS:
-        return ALWAYS | EXCEPTIONS[key][0]
-    return ALWAYS | SECTION[key.split(".")[0]]
+    return ALWAYS | (EXCEPTIONS[key][0] if key in EXCEPTIONS else SECTION[key.split(".")[0]])
 
 
 @functools.cache
@@ -100,13 +92,8 @@ def dvc_stages() -> dict[str, Any]:
 
 def declaring(key: str) -> frozenset[str]:
     """The stages whose params in dvc.yaml include ``key``."""
-    out = set()
-    for name, stage in dvc_stages().items():
-        for entry in stage.get("params", []):
-            whole = isinstance(entry, dict) and "params.yaml" in entry
-            if whole or (isinstance(entry, str) and (key == entry or key.startswith(entry + "."))):
-                out.add(name)
-    return frozenset(out)
+    return frozenset(name for name, stage in dvc_stages().items()
+                     if declares(stage.get("params", []), key))
 
 
 def test_every_exception_names_a_key_and_differs_from_its_sections_rule() -> None:
@@ -148,7 +135,7 @@ def other_value(value: Any) -> Any:
 #: Runs `dvc status` in-process once per case (DVC is imported once); prints
 #: {key: [stale stages]} as JSON.
 STATUS = r"""
-import json, sys, yaml
+import functools, json, sys, yaml
 from dvc.repo import Repo
 
 params, cases = sys.argv[1], json.loads(sys.argv[2])
@@ -162,11 +149,8 @@ def status():
 out = {"": status()}
 for key, value in cases.items():
     changed = json.loads(json.dumps(tree))
-    node = changed
     *parents, leaf = key.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = value
+    functools.reduce(lambda node, part: node.setdefault(part, {}), parents, changed)[leaf] = value
     with open(params, "w", encoding="utf-8") as f:
         yaml.safe_dump(changed, f, sort_keys=False)
     out[key] = status()
@@ -178,8 +162,8 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_dvc_status_after_each_change_lists_exactly_the_stages_of_the_matrix(
-        audit_result: tuple[Path, str], tmp_path: Path) -> None:
-    repo = copy_result(audit_result[0], tmp_path / "result")
+        result_copy: Path) -> None:
+    repo = result_copy
     current = flatten(yaml.safe_load((repo / "params.yaml").read_text()))
     defaults = flatten(as_dict(Config()))
     cases = {k: other_value(current.get(k, defaults[k])) for k in proven_keys()}
@@ -194,12 +178,11 @@ def test_dvc_status_after_each_change_lists_exactly_the_stages_of_the_matrix(
 
 
 @pytest.mark.slow
-def test_a_raised_guard_reruns_only_the_stage_that_checks_it(
-        audit_result: tuple[Path, str], tmp_path: Path) -> None:
+def test_a_raised_guard_reruns_only_the_stage_that_checks_it(result_copy: Path) -> None:
     """`dvc repro` after raising tokenizer.max_unk_rate: the tokenizer checks again and
     writes the same bytes, so DVC stops there; the checkpoint folder is the same one."""
-    repo = copy_result(audit_result[0], tmp_path / "result")
-    lock_before = outs(yaml.safe_load((repo / "dvc.lock").read_text()))
+    repo = result_copy
+    lock_before = locked_outs(repo)
     folders = sorted(p.name for p in (repo / "checkpoints").iterdir())
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params.setdefault("tokenizer", {})["max_unk_rate"] = 0.05
@@ -207,7 +190,7 @@ def test_a_raised_guard_reruns_only_the_stage_that_checks_it(
     output = dvc(repo, "repro")
     ran = set(re.findall(r"Running stage '(\w+)'", output))
     assert ran == {"validate", "tokenizer"}, output
-    assert outs(yaml.safe_load((repo / "dvc.lock").read_text())) == lock_before
+    assert locked_outs(repo) == lock_before
     assert sorted(p.name for p in (repo / "checkpoints").iterdir()) == folders
 
 
@@ -221,19 +204,14 @@ platform.platform = lambda *args, **kwargs: "Linux-0.0.0-elsewhere-x86_64-with-g
 '''
 
 
-def outs(lock: dict[str, Any]) -> dict[str, str]:
-    """path -> md5 of every out in a parsed dvc.lock."""
-    return {o["path"]: o["md5"] for stage in lock["stages"].values() for o in stage.get("outs", [])}
-
-
 @pytest.mark.slow
 def test_another_platform_and_package_set_reproduce_every_locked_out(
-        audit_result: tuple[Path, str], tmp_path: Path) -> None:
-    """Both README commands on a new machine: nothing that says where a result was made
-    (platform, kernel, the installed package set) enters a DVC-tracked file, so `dvc repro -f`
-    elsewhere writes the lock's bytes; the MLflow run records the other environment."""
-    repo = copy_result(audit_result[0], tmp_path / "result")
-    before = outs(yaml.safe_load((repo / "dvc.lock").read_text()))
+        result_copy: Path, tmp_path: Path) -> None:
+    """Nothing that says where a result was made (platform, kernel, installed packages) enters
+    a DVC-tracked file, so `dvc repro -f` elsewhere writes the lock's bytes; the MLflow run
+    records the other environment."""
+    repo = result_copy
+    before = locked_outs(repo)
     site = tmp_path / "elsewhere"
     (site / "seqcore_probe-1.0.dist-info").mkdir(parents=True)
     (site / "seqcore_probe-1.0.dist-info/METADATA").write_text(
@@ -247,7 +225,7 @@ def test_another_platform_and_package_set_reproduce_every_locked_out(
     res = subprocess.run([shutil.which("dvc", path=env["PATH"]) or "dvc", "repro", "-f"],
                          cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    after = outs(yaml.safe_load((repo / "dvc.lock").read_text()))
+    after = locked_outs(repo)
     assert after == before, {p: (before.get(p), m) for p, m in after.items() if before.get(p) != m}
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{repo / 'mlflow.db'}")
     first, again = sorted(client.search_runs([e.experiment_id for e in client.search_experiments()]),

@@ -1,7 +1,5 @@
-"""``python -m pipeline.tune`` on the tiny result (issue 52, item 4): the grid is scored on
-dev and the test split is never opened; the table is written; ``--write`` sets the chosen
-settings and ``decode.tuned_on: dev`` in params.yaml, which the result signature carries;
-a bad grid is one line."""
+"""``python -m pipeline.tune`` on the tiny result (issue 52, item 4): scored on dev only;
+``--write`` sets the chosen settings and ``decode.tuned_on: dev``; a bad grid is one line."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import pytest
 from pipeline.stage import load_params
 from pipeline.tune import main
 from seqcore.signature import decode_fields
-from tests.pipeline_helpers import copy_result, traced_reads
+from tests.pipeline_helpers import traced_reads
 
 pytestmark = pytest.mark.slow  # the shared tiny result
 
@@ -20,8 +18,8 @@ GRID = ["--beam", "1", "2", "--alpha", "0.6", "1.0", "--weight", "0.5", "1"]
 
 
 @pytest.fixture
-def repo(audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(copy_result(audit_result[0], tmp_path / "repo"))
+def repo(result_copy: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(result_copy)
     return Path.cwd()
 
 

@@ -48,28 +48,20 @@ def test_every_task_value_of_the_config_has_a_task() -> None:
 
 
 #: stage -> the method of seqcore.tasks.Task that asks for its piece (named as in the module).
-PIECES = {"prepare": "scored_splits", "tokenizer": "coverage_problems",
-          "baseline": "baseline", "train": "training_setup", "decode": "decode", "evaluate": "evaluate"}
-
-
-@pytest.mark.parametrize("stage", PIECE_STAGES)
-def test_every_task_has_its_piece_for_every_stage_with_the_interface_arguments(
-        stage: str) -> None:
-    wanted = list(inspect.signature(getattr(Task, PIECES[stage])).parameters)[1:]  # no self
-    for task in TASKS.values():
-        piece = getattr(importlib.import_module(f"{task.package}.{stage}"), PIECES[stage])
-        assert list(inspect.signature(piece).parameters) == wanted, (task.name, stage)
-
-
+PIECES = {"prepare": "scored_splits", "tokenizer": "coverage_problems", "baseline": "baseline",
+          "train": "training_setup", "decode": "decode", "evaluate": "evaluate"}
 #: The audit's piece (no stage): method of Task -> function of ``<package>.audit``.
 AUDIT_PIECES = {"audit_contract": "contract_diffs", "audit_counts": "count_diffs"}
 
 
-@pytest.mark.parametrize("method", AUDIT_PIECES)
-def test_every_task_has_its_audit_piece_with_the_interface_arguments(method: str) -> None:
+@pytest.mark.parametrize(("module", "method", "function"), [
+    *(pytest.param(stage, PIECES[stage], PIECES[stage], id=stage) for stage in PIECE_STAGES),
+    *(pytest.param("audit", m, f, id=m) for m, f in AUDIT_PIECES.items())])
+def test_every_task_has_its_piece_for_each_stage_and_the_audit_with_the_interface_arguments(
+        module: str, method: str, function: str) -> None:
     wanted = list(inspect.signature(getattr(Task, method)).parameters)[1:]  # no self
     for task in TASKS.values():
-        piece = getattr(importlib.import_module(f"{task.package}.audit"), AUDIT_PIECES[method])
+        piece = getattr(importlib.import_module(f"{task.package}.{module}"), function)
         assert list(inspect.signature(piece).parameters) == wanted, (task.name, method)
 
 

@@ -1,27 +1,29 @@
-"""Unusable checkpoints: a bad best.pt falls back with a warning; a pickle that is not
+"""Checkpoints and their folder: a bad best.pt falls back with a warning; a pickle that is not
 weights-only is refused with one line that never suggests lifting the check (issue 13)."""
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from seqcore.blobs import UnusableCheckpoint, load_blob, save_blob
+from seqcore.blobs import UnusableCheckpoint, atomic_write, load_blob, save_blob
 from seqcore.training.checkpoint import (
-    SCHEMA_VERSION,
-    Checkpoint,
-    CheckpointDir,
-    ContractMismatch,
-    check_contract,
-    step_of,
-)
+    SCHEMA_VERSION, Checkpoint, CheckpointDir, ContractMismatch, check_contract, step_of)
 from tests.factories import whole_checkpoint
 
 
-def checkpoint_at(step: int, value: float) -> Checkpoint:
-    return whole_checkpoint(model={"w": torch.full((2,), value)}, state={"step": step})
+def checkpoint_at(step: int) -> Checkpoint:
+    """A loadable checkpoint of ``step`` whose weight holds the step number."""
+    return whole_checkpoint(model={"w": torch.full((2,), float(step))}, state={"step": step})
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
 class _NotAllowed:
@@ -29,12 +31,11 @@ class _NotAllowed:
 
 
 def test_corrupt_best_falls_back_to_the_numbered_checkpoint_of_the_best_step(
-    tmp_path: Path, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=3)
     for step in (3, 6):
-        ckpt.save(step, checkpoint_at(step, float(step)))
-    best = ckpt.save_best(checkpoint_at(3, 3.0))
+        ckpt.save(step, checkpoint_at(step))
+    best = ckpt.save_best(checkpoint_at(3))
     assert ckpt.best_weights(3).path == best
     best.write_bytes(best.read_bytes()[:100])  # truncated
     found = ckpt.best_weights(3)
@@ -45,11 +46,9 @@ def test_corrupt_best_falls_back_to_the_numbered_checkpoint_of_the_best_step(
 
 
 def test_unusable_best_without_a_numbered_copy_gives_none_and_a_warning(
-    tmp_path: Path, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=1)
-    best = ckpt.save_best(
-        Checkpoint({**checkpoint_at(3, 3.0).payload, "schema": SCHEMA_VERSION - 1}))
+    best = ckpt.save_best(Checkpoint({**checkpoint_at(3).payload, "schema": SCHEMA_VERSION - 1}))
     assert ckpt.best_weights(3) is None
     assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
                                        f"schema {SCHEMA_VERSION - 1} != {SCHEMA_VERSION}\n")
@@ -57,6 +56,14 @@ def test_unusable_best_without_a_numbered_copy_gives_none_and_a_warning(
     assert ckpt.best_weights(3) is None
     assert capsys.readouterr().err == (f"warning: skipping unusable checkpoint {best}: "
                                        "missing best.pt.sha256\n")
+
+
+def test_checkpoint_loading_never_unpickles_arbitrary_objects(tmp_path: Path) -> None:
+    save_blob(tmp_path / "evil.pt", {"x": torch.zeros(1), "obj": _NotAllowed()})
+    with pytest.raises(Exception, match="(?i)weights.only|unpickl"):
+        load_blob(tmp_path / "evil.pt")
+    save_blob(tmp_path / "ok.pt", {"x": torch.ones(2), "n": 3, "t": (1, "a")})
+    assert load_blob(tmp_path / "ok.pt")["n"] == 3
 
 
 def test_a_pickle_that_is_not_weights_only_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -70,12 +77,11 @@ def test_a_pickle_that_is_not_weights_only_is_refused_in_one_line(tmp_path: Path
 
 
 def test_a_plain_pickle_is_refused_in_one_line_without_suggesting_to_lift_the_check(
-    tmp_path: Path, recwarn: pytest.WarningsRecorder,
-) -> None:
+        tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
     path = tmp_path / "plain.pt"
     path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
-    path.with_name("plain.pt.sha256").write_text(
-        __import__("hashlib").sha256(path.read_bytes()).hexdigest() + "\n")
+    path.with_name("plain.pt.sha256").write_text(hashlib.sha256(path.read_bytes()).hexdigest()
+                                                 + "\n")
     with pytest.raises(UnusableCheckpoint) as err:
         load_blob(path)
     message = str(err.value)
@@ -88,11 +94,6 @@ def test_a_plain_pickle_is_refused_in_one_line_without_suggesting_to_lift_the_ch
 def test_a_temp_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path: Path) -> None:
     # a writer killed between its temp file and the rename leaves .NAME.tmp-PID beside a DVC
     # output; the next write of that file removes it (a live writer's temp file is kept)
-    import os  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-
-    from seqcore.blobs import atomic_write  # noqa: PLC0415
-
     dead_pid = subprocess.Popen(["true"])  # noqa: S607
     dead_pid.wait()
     stale = tmp_path / f".model.pt.tmp-{dead_pid.pid}"
@@ -108,12 +109,11 @@ def test_a_temp_file_of_a_killed_writer_is_removed_by_the_next_write(tmp_path: P
 
 
 def test_a_checkpoint_of_nothing_but_a_schema_falls_back_to_the_one_before_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     # issue 54: it passed the schema check, then failed the contract check with a
     # 3,602-character diff advising train.resume: fresh, which would delete the good one
     ckpt = CheckpointDir(tmp_path, keep_last=3)
-    ckpt.save(3, checkpoint_at(3, 3.0))
+    ckpt.save(3, checkpoint_at(3))
     bare = ckpt.save(6, Checkpoint({"schema": SCHEMA_VERSION}))
     found = ckpt.latest_good()
     assert found is not None and found.path.name == "ckpt-00000003.pt"
@@ -129,17 +129,6 @@ def test_a_checkpoint_that_is_not_a_mapping_is_unusable_in_one_line(tmp_path: Pa
     with pytest.raises(UnusableCheckpoint) as refused:
         Checkpoint.load(path)
     assert str(refused.value) == f"{path}: not a training checkpoint (a list, not a mapping)"
-
-
-# -- issue 32, third mutant tranche; was tests/test_pins_training.py ------------------------------
-
-
-def tiny_checkpoint(step: int) -> Checkpoint:
-    return whole_checkpoint(model={"w": torch.full((2,), float(step))}, state={"step": step})
-
-
-def files_under(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
 def test_contract_mismatch_lists_every_differing_key_of_either_side_in_one_line() -> None:
@@ -169,50 +158,45 @@ def test_each_rank_reads_its_own_entry_of_a_multi_process_checkpoint() -> None:
     assert one.rank_state(0) is one.payload
 
 
-# -- the checkpoint folder --------------------------------------------------------------------------
+# -- the checkpoint folder ---------------------------------------------------------------------
 def test_pruning_keeps_the_last_k_with_their_sidecars_and_survives_a_missing_sidecar(
-    tmp_path: Path,
-) -> None:
+        tmp_path: Path) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=2)
     for step in (1, 2):
-        ckpt.save(step, tiny_checkpoint(step))
+        ckpt.save(step, checkpoint_at(step))
     (tmp_path / "ckpt-00000001.pt.sha256").unlink()  # a write killed before its sidecar
     for step in (3, 4):
-        ckpt.save(step, tiny_checkpoint(step))
+        ckpt.save(step, checkpoint_at(step))
     assert files_under(tmp_path) == ["ckpt-00000003.pt", "ckpt-00000003.pt.sha256",
                                      "ckpt-00000004.pt", "ckpt-00000004.pt.sha256"]
 
 
-def test_clear_removes_numbered_best_and_ledger_files_with_their_sidecars(
-    tmp_path: Path,
-) -> None:
+def test_clear_removes_numbered_best_and_ledger_files_with_their_sidecars(tmp_path: Path) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=2)
-    ckpt.save(1, tiny_checkpoint(1))
-    ckpt.save_best(tiny_checkpoint(1))
-    ckpt.save_ledger(0, tiny_checkpoint(0))
+    ckpt.save(1, checkpoint_at(1))
+    ckpt.save_best(checkpoint_at(1))
+    ckpt.save_ledger(0, checkpoint_at(0))
     assert len(files_under(tmp_path)) == 6
     ckpt.clear()
     assert files_under(tmp_path) == []
 
 
 def test_best_weights_fall_back_to_the_best_steps_checkpoint_when_best_pt_is_absent(
-    tmp_path: Path,
-) -> None:
+        tmp_path: Path) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=3)
-    ckpt.save(3, tiny_checkpoint(3))
+    ckpt.save(3, checkpoint_at(3))
     found = ckpt.best_weights(3)
     assert found is not None and found.path.name == "ckpt-00000003.pt" and found.skipped == []
-    ckpt.save_best(tiny_checkpoint(3))
+    ckpt.save_best(checkpoint_at(3))
     found = ckpt.best_weights(3)
     assert found is not None and found.path.name == "best.pt" and found.skipped == []
 
 
 def test_latest_good_lists_and_reports_each_newer_unusable_checkpoint(
-    tmp_path: Path, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     ckpt = CheckpointDir(tmp_path, keep_last=3)
     for step in (1, 2):
-        ckpt.save(step, tiny_checkpoint(step))
+        ckpt.save(step, checkpoint_at(step))
     found = ckpt.latest_good()
     assert found is not None and found.path.name == "ckpt-00000002.pt" and found.skipped == []
     bad = tmp_path / "ckpt-00000002.pt"

@@ -2,12 +2,10 @@
 every example once per epoch, and a 2-process `dvc repro` resumes after SIGKILL to the bytes
 of an uninterrupted run.
 
-Float tolerance: with accum_steps 1 the 2-rank gradient is g0 + g1, the 1-process one the same
-sum, and the weights come out bitwise equal. With accum_steps 2 the ranks add (g0 + g2) +
-(g1 + g3) instead of ((g0 + g1) + g2) + g3: gradients differ by ~1e-9 (measured), allowed
-rtol 1e-5 / atol 1e-7; the lm ranks also run half-size batched GEMMs (same tolerance). Adam
-turns a 1e-9 difference in a near-zero gradient into a whole +-lr step (weights then differ by
-~3e-3 after 3 steps with eps 1e-9), so these tests use Adam eps 1e-3, which bounds that effect.
+Float tolerance: with accum_steps 1 both sides add g0 + g1 and the weights are bitwise equal.
+With accum_steps 2 the ranks add (g0 + g2) + (g1 + g3), not ((g0 + g1) + g2) + g3: gradients
+differ by ~1e-9 (measured; the lm ranks' half-size GEMMs alike), allowed rtol 1e-5 / atol 1e-7.
+Adam turns 1e-9 in a near-zero gradient into a whole +-lr step, so Adam eps is 1e-3 here.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,8 +41,6 @@ CASES = (("s2s-accum1", "s2s", 1), ("s2s-accum2", "s2s", 2), ("lm-accum2", "lm",
 
 
 # -- shards ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("world", [2, 3])
 def test_union_of_rank_shards_is_the_single_process_stream(world: int) -> None:
     lengths = [(i * 7) % 11 + 1 for i in range(53)]  # 53 examples / 4 = 14 batches per epoch
@@ -67,8 +62,6 @@ def test_every_example_is_seen_once_per_epoch_across_ranks() -> None:
 
 
 # -- 2 gloo ranks against 1 process --------------------------------------------------------
-
-
 def _setup(task: str, accum: int, world: World) -> TrainLoop:
     """A tiny dropout-free model and data; identical on every rank (seeded alike)."""
     set_determinism(7, 1)
@@ -76,15 +69,14 @@ def _setup(task: str, accum: int, world: World) -> TrainLoop:
                       warmup_steps=2, eval_every=100, checkpoint_every=100, threads=1,
                       clip_norm=0.05, bptt_len=4, eps=1e-3)
     if task == "s2s":
-        data = (examples(60, seed=3, high=12, shift=0), [])
         model: torch.nn.Module = tiny_model(enc_layers=1, dec_layers=1, max_len=16,
                                             seed=7).train()
-        feed = Seq2SeqFeed(data, IDS, SequenceConfig(), cfg, world=world)
+        feed = Seq2SeqFeed((examples(60, seed=3, high=12, shift=0), []), IDS, SequenceConfig(),
+                           cfg, world=world)
     else:
         g = torch.Generator().manual_seed(3)
         docs = [torch.randint(4, 12, (n,), generator=g).tolist() for n in (9, 30, 14, 21, 11, 7)]
         model = tiny_lm("lstm", embed_dim=8, hidden=16, layers=2, seed=7).train()
-        cfg = replace(cfg, batch_size=4)
         feed = LMFeed((docs, []), IDS, "token-mean", 0.1, 4, cfg.bptt_len, cfg.seed, world)
     return TrainLoop(model, cfg, feed, CheckpointDir(Path("/nonexistent"), 1), {}, 16, world)
 
@@ -104,8 +96,7 @@ def _rank_worker(rank: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     world = World(rank, 2, rank, "gloo")
     for name, task, accum in CASES:
-        loop = _setup(task, accum, world)  # seeded alike: every rank starts from the same model
-        result = _run_steps(loop)
+        result = _run_steps(_setup(task, accum, world))  # seeded alike: the same model everywhere
         if rank == 0:
             torch.save(result, Path(out) / f"{name}.pt")
     dist.destroy_process_group()
@@ -119,8 +110,7 @@ def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: 
     for name, task, accum in CASES:
         # s2s: rank r takes batch r of every 2, so 1 process with 2 x accum sees the same
         # global batch; lm: the ranks split the 4 streams of the same global batch.
-        loop = _setup(task, 2 * accum if task == "s2s" else accum, World())
-        ref = _run_steps(loop)
+        ref = _run_steps(_setup(task, 2 * accum if task == "s2s" else accum, World()))
         got = torch.load(tmp_path / f"{name}.pt", weights_only=True)
         for step, (a, b) in enumerate(zip(got["grads"], ref["grads"], strict=True)):
             for x, y in zip(a, b, strict=True):
@@ -134,8 +124,6 @@ def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: 
 
 
 # -- refusals ------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("stored", "message"), [
     ({"size": 2, "backend": "gloo", "device_kind": "cpu"},
      r"written by 2 process\(es\) and this run has 1; set train.nproc: 2"),
@@ -187,8 +175,7 @@ def log_rows(repo: Path) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def two_rank_repo(audit_result: tuple[Path, str],
-                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+def two_rank_repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's tiny result re-trained with two ranks (`dvc repro` re-runs validate,
     train, decode and evaluate; the data and tokenizer stages are the copied ones)."""
     repo = copy_result(audit_result[0], tmp_path_factory.mktemp("ddp") / "repo")

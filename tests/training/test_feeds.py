@@ -8,17 +8,14 @@ from torch import nn
 from torch.nn import functional
 
 from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.losses import sequence_loss
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Seq2SeqFeed, choose_tokens
 from tests.factories import IDS, examples, tiny_model
 
-
-# -- issue 32, third mutant tranche; was tests/test_pins_models.py --------------------------------
-
 NOLS = SequenceConfig(label_smoothing=0.0)
-
-
 V = 12
+HOT = torch.tensor([[4, 9, 5, 11], [7, 6, 10, 3]])  # (B, T): a different token at each position
 
 
 # -- scheduled sampling: the choice and the draw ---------------------------------------------
@@ -27,23 +24,20 @@ def bumped_logits(hot: torch.Tensor, bump: float) -> torch.Tensor:
     return functional.one_hot(hot, V).float() * bump
 
 
-HOT = torch.tensor([[4, 9, 5, 11], [7, 6, 10, 3]])  # (B, T): a different token at each position
-
-
 def test_argmax_choice_takes_the_most_likely_token_even_when_it_is_barely_ahead() -> None:
     got = choose_tokens(bumped_logits(HOT, 0.01), "argmax", torch.Generator().manual_seed(0))
     assert torch.equal(got, HOT)
 
 
 def test_sampled_choice_follows_each_positions_softmax_over_the_vocabulary() -> None:
-    """Nearly one-hot rows: a sample is the hot token (a softmax over another axis spreads it)."""
+    # nearly one-hot rows: a sample is the hot token (a softmax over another axis spreads it)
     got = choose_tokens(bumped_logits(HOT, 40.0), "sample", torch.Generator().manual_seed(0))
     assert got.shape == HOT.shape and torch.equal(got, HOT)
 
 
 def test_sampled_choice_draws_from_the_given_generator_and_only_from_it() -> None:
-    """Uniform rows: the draw is torch.multinomial over 1/V with the seeded generator, whatever
-    the global RNG holds (rule 7: the generator's state is checkpointed)."""
+    # uniform rows: torch.multinomial over 1/V with the seeded generator, whatever the global
+    # RNG holds (rule 7: the generator's state is checkpointed)
     logits = torch.zeros(2, 4, V)
     expected = torch.multinomial(torch.full((8, V), 1 / V), 1,
                                  generator=torch.Generator().manual_seed(3)).view(2, 4)
@@ -55,7 +49,8 @@ def test_sampled_choice_draws_from_the_given_generator_and_only_from_it() -> Non
 
 
 class Oracle(nn.Module):
-    """Fixed logits ``bump`` at token 7 everywhere; records each call's decoder input."""
+    """Fixed logits ``bump`` at token 7 everywhere; records each call's decoder input and
+    whether it ran with gradients."""
 
     def __init__(self, bump: float) -> None:
         super().__init__()
@@ -63,10 +58,12 @@ class Oracle(nn.Module):
         with torch.no_grad():
             self.bias[7] = bump
         self.calls: list[torch.Tensor] = []
+        self.grad_modes: list[bool] = []
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
                 ) -> torch.Tensor:
         self.calls.append(tgt_in.clone())
+        self.grad_modes.append(torch.is_grad_enabled())
         return self.bias.expand(*tgt_in.shape, V)  # (B, T, V)
 
 
@@ -80,10 +77,9 @@ def eligible(batch_mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def mixed_inputs(feed: Seq2SeqFeed, batch, bump: float, p: float, seed: int
-                 ) -> list[torch.Tensor]:
+def mixed_inputs(feed: Seq2SeqFeed, batch, bump: float, p: float, seed: int) -> list[torch.Tensor]:
     """The second pass's decoder inputs under two global seeds (which must play no part),
-    with the training generator seeded ``seed``."""
+    the training generator seeded ``seed``."""
     seen = []
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)
@@ -103,8 +99,8 @@ def test_scheduled_sampling_off_runs_one_pass_and_draws_nothing_from_the_generat
 
 
 def test_scheduled_sampling_replaces_inputs_where_the_generators_uniform_draw_is_below_p() -> None:
-    """argmax choice (token 7, barely ahead): input t+1 is 7 where the training generator's
-    rand(B, T) < p, BOS and PAD excepted; the global RNG plays no part."""
+    # argmax choice (token 7, barely ahead): input t+1 is 7 where the training generator's
+    # rand(B, T) < p, BOS and PAD excepted
     feed = ss_feed("argmax")
     batch = feed.draw()
     u = torch.rand(batch.tf.inputs.shape, generator=torch.Generator().manual_seed(11))
@@ -114,9 +110,22 @@ def test_scheduled_sampling_replaces_inputs_where_the_generators_uniform_draw_is
         assert torch.equal(seen, expected)
 
 
+def test_scheduled_sampling_feeds_first_pass_predictions_and_keeps_true_labels() -> None:
+    feed = ss_feed("argmax")
+    batch, model = feed.draw(), Oracle(5.0)
+    out = feed.loss(model, batch, 1.0, torch.Generator().manual_seed(0))
+    (first, second), (first_grad, second_grad) = model.calls, model.grad_modes
+    assert torch.equal(first, batch.tf.inputs) and not first_grad and second_grad
+    assert torch.equal(second, torch.where(eligible(batch.tf.mask), torch.full_like(second, 7),
+                                           batch.tf.inputs))
+    ref = sequence_loss(model.bias.expand(*batch.tf.labels.shape, V), batch.tf.labels,
+                        "token-mean", 0.0, (0, 2))
+    assert float(out.total.detach()) == pytest.approx(float(ref.total.detach()))
+    assert out.tokens == batch.tokens
+
+
 def test_scheduled_sampling_samples_the_first_pass_from_the_training_generator() -> None:
-    """sample choice over uniform logits, p = 1: every eligible input is the previous
-    position's multinomial draw from the training generator."""
+    # uniform logits, p = 1: each eligible input is the previous position's multinomial draw
     feed = ss_feed("sample")
     batch = feed.draw()
     b, t = batch.tf.inputs.shape
@@ -140,15 +149,14 @@ def test_a_cursor_saved_under_another_seed_is_refused_naming_both_seeds() -> Non
 
 
 def test_a_feed_for_another_device_draws_its_batches_there() -> None:
-    feed = Seq2SeqFeed((examples(4), []), IDS, NOLS, TrainConfig(batch_size=2),
-                       device=torch.device("meta"))
-    b = feed.draw()
+    b = Seq2SeqFeed((examples(4), []), IDS, NOLS, TrainConfig(batch_size=2),
+                    device=torch.device("meta")).draw()
     assert {t.device.type for t in (b.src, b.src_mask, b.tf.inputs, b.tf.labels, b.tf.mask)} \
         == {"meta"}
 
 
 def test_each_rank_draws_its_shard_of_the_global_batch_stream() -> None:
-    """Rank r of 2 draws the global batches 2k + r of the single-process stream."""
+    # rank r of 2 draws the global batches 2k + r of the single-process stream
     data = examples(12, seed=3)
     cfg = TrainConfig(batch_size=2, bucket_width=2, seed=5)
     single = Seq2SeqFeed((data, []), IDS, NOLS, cfg)
@@ -157,4 +165,3 @@ def test_each_rank_draws_its_shard_of_the_global_batch_stream() -> None:
         feed = Seq2SeqFeed((data, []), IDS, NOLS, cfg, world=World(rank=rank, size=2))
         for k in range(3):
             assert torch.equal(feed.draw().src, stream[2 * k + rank].src)
-

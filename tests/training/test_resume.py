@@ -1,11 +1,6 @@
-"""Resume after SIGKILL gives bit-identical weights and per-step losses.
-
-Each run is a child process of tests/programs/resume_worker.py on tiny synthetic data: a
-baseline runs uninterrupted; a killed run SIGKILLs itself at a chosen point (after step k, or
-between the micro-batches of step k) and a second process resumes from the checkpoint
-folder. The final state-dict hash and the per-step loss log (the checkpointed history) must be
-identical.
-"""
+"""Resume gives bit-identical weights and per-step losses: after SIGKILL (child processes of
+tests/programs/resume_worker.py, killed after step k or between the micro-batches of step k,
+then resumed from the checkpoint folder) and in process, at every boundary that matters."""
 from __future__ import annotations
 
 import json
@@ -19,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.blobs import load_blob, save_blob
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.data.batching import SamplerState
 from seqcore.errors import OneLineError
@@ -28,35 +22,25 @@ from seqcore.tasks.lm.streams import StreamState
 from seqcore.training.checkpoint import Checkpoint, CheckpointDir, ContractMismatch, check_contract
 from seqcore.training.distributed import WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
-from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, TrainState
+from seqcore.training.loop import TooManySkippedSteps, TrainLoop, TrainState
 from tests.factories import (
-    IDS,
-    REPO,
-    S2S_SEED,
-    document_nll,
-    examples,
-    kill_after,
-    s2s_loop,
-    tiny_lm,
-    tiny_model,
-)
+    IDS, REPO, S2S_SEED, document_nll, examples, kill_after, s2s_loop, tiny_lm, tiny_model)
 from tests.programs.resume_worker import CKPT_EVERY, MAX_STEPS
 
-#: The training program each job runs (a module, so it imports this checkout's seqcore).
-WORKER = "tests.programs.resume_worker"
+#: The worker's environment: this checkout's seqcore and nothing else.
+CLEAN_ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
 
 
 def job(work: Path, task: str, accum: int = 1, kill_step: int = 0, kill_micro: int = 0,
-        lr: float = 1.0) -> dict:
+        lr: float = 1.0, device: str = "cpu") -> dict:
     return {"work": str(work), "task": task, "accum": accum, "kill_step": kill_step,
-            "kill_micro": kill_micro, "lr": lr}
+            "kill_micro": kill_micro, "lr": lr, "device": device}
 
 
-def run_jobs(jobs: list[dict]) -> list[int]:
+def run_jobs(jobs: list[dict], env: dict | None = CLEAN_ENV) -> list[int]:
     """Run the jobs in order in fresh processes; returns exit codes (-9 = SIGKILL)."""
-    res = subprocess.run([sys.executable, "-m", WORKER, json.dumps(jobs)], cwd=REPO,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "tests.programs.resume_worker", json.dumps(jobs)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -112,10 +96,23 @@ def test_resume_after_sigkill_gives_identical_weights_and_losses(runs: dict, nam
     assert got["weights"] == base["weights"]
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_killed_training_on_the_gpu_resumes_to_identical_weights_and_log(
+        tmp_path: Path) -> None:
+    # the SIGKILL test above with the same worker, on the GPU
+    jobs = [job(tmp_path / w, "s2s", kill_step=k, device="cuda")
+            for w, k in (("straight", 0), ("killed", 6), ("killed", 0))]
+    assert run_jobs(jobs, env=None) == [0, -signal.SIGKILL, 0]
+    assert "resumed: ckpt-00000004.pt" in stderr_of(tmp_path / "killed")
+    straight, resumed = result(tmp_path / "straight"), result(tmp_path / "killed")
+    assert resumed["history"] == straight["history"]
+    assert resumed["weights"] == straight["weights"]
+
+
 @pytest.mark.slow
 def test_truncated_latest_checkpoint_is_reported_and_the_previous_one_used(
-    tmp_path: Path, runs: dict, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, runs: dict, capsys: pytest.CaptureFixture) -> None:
     base = baseline(runs, "s2s", 1)
     work = tmp_path / "run"
     shutil.copytree(base / "ckpt", work / "ckpt")
@@ -133,8 +130,7 @@ def test_truncated_latest_checkpoint_is_reported_and_the_previous_one_used(
 
 @pytest.mark.slow
 def test_checkpoint_from_another_contract_is_refused_with_a_diff(
-    tmp_path: Path, runs: dict,
-) -> None:
+        tmp_path: Path, runs: dict) -> None:
     shutil.copytree(baseline(runs, "s2s", 1) / "ckpt", tmp_path / "run" / "ckpt")
     assert run_jobs([job(tmp_path / "run", "s2s", lr=2.0)]) == [1]
     err = stderr_of(tmp_path / "run")
@@ -148,24 +144,9 @@ def test_checkpoint_from_another_contract_is_refused_with_a_diff(
     assert isinstance(refused.value, OneLineError)
 
 
-class _NotAllowed:
-    """An arbitrary class: a weights_only load must refuse to rebuild it."""
-
-
-def test_checkpoint_loading_never_unpickles_arbitrary_objects(tmp_path: Path) -> None:
-    save_blob(tmp_path / "evil.pt", {"x": torch.zeros(1), "obj": _NotAllowed()})
-    with pytest.raises(Exception, match="(?i)weights.only|unpickl"):
-        load_blob(tmp_path / "evil.pt")
-    save_blob(tmp_path / "ok.pt", {"x": torch.ones(2), "n": 3, "t": (1, "a")})
-    assert load_blob(tmp_path / "ok.pt")["n"] == 3
-
-
-# -- issue 32, third mutant tranche; was tests/test_pins_training.py ------------------------------
-
 # -- resume: messages and refusals ----------------------------------------------------------------
 def test_resume_names_each_removed_partial_write_on_stderr(
-    tmp_path: Path, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     loop = s2s_loop(tmp_path, 3)
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / ".ckpt-00000003.pt.tmp-999").write_bytes(b"half")
@@ -177,8 +158,7 @@ def test_resume_names_each_removed_partial_write_on_stderr(
 
 
 def test_auto_resume_warns_only_when_checkpoints_exist_and_none_is_usable(
-    tmp_path: Path, capsys: pytest.CaptureFixture,
-) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert s2s_loop(tmp_path / "empty", 3).resume() is None  # nothing there: nothing to say
     assert capsys.readouterr().err == ""
 
@@ -209,8 +189,7 @@ def test_auto_resume_warns_only_when_checkpoints_exist_and_none_is_usable(
      "train.device to cuda to resume it, or train.resume: fresh to start over"),
 ])
 def test_resume_refuses_another_world_in_one_line_naming_the_file(
-    tmp_path: Path, world: dict, message: str,
-) -> None:
+        tmp_path: Path, world: dict, message: str) -> None:
     kill_after(s2s_loop(tmp_path, 3), 1)
     path = tmp_path / "ckpt-00000001.pt"
     Checkpoint({**Checkpoint.load(path).payload, "world": world}).save(path)
@@ -220,17 +199,16 @@ def test_resume_refuses_another_world_in_one_line_naming_the_file(
 
 
 def test_resume_refuses_another_contract_naming_the_file_and_ignores_runtime_keys(
-    tmp_path: Path,
-) -> None:
+        tmp_path: Path) -> None:
     kill_after(s2s_loop(tmp_path, 3), 1)
-    path = tmp_path / "ckpt-00000001.pt"
     other = s2s_loop(tmp_path, 3)
     other.contract = {"task": "lm"}
     with pytest.raises(ContractMismatch) as refused:
         other.resume()
     assert str(refused.value) == (
-        f"{path} was trained under a different contract (task: checkpoint='s2s' now='lm'): "
-        "set these back in params.yaml to resume it, or train.resume: fresh to start over")
+        f"{tmp_path / 'ckpt-00000001.pt'} was trained under a different contract (task: "
+        "checkpoint='s2s' now='lm'): set these back in params.yaml to resume it, or "
+        "train.resume: fresh to start over")
     # where the run executes is check_world's business, not the contract comparison's
     same = s2s_loop(tmp_path, 3)
     same.contract = {"task": "s2s", "train.nproc": 1, "train.backend": "none",
@@ -238,13 +216,17 @@ def test_resume_refuses_another_contract_naming_the_file_and_ignores_runtime_key
     assert same.resume() == "ckpt-00000001.pt"
 
 
-# -- resume at every boundary; was tests/test_resume_boundaries.py --------------------------------
-
-SEED = S2S_SEED  # train.seed: the sampler's and the streams' shuffles
-
+# -- resume at every boundary ---------------------------------------------------------------------
 
 def finish(loop: TrainLoop) -> TrainState:
     return loop.run(lambda entry, tokens_per_s: None)
+
+
+def trained(loop: TrainLoop) -> TrainLoop:
+    """``loop`` resumed from its folder (a fresh start if it is empty) and run to the end."""
+    loop.resume()
+    finish(loop)
+    return loop
 
 
 def rows(state: TrainState) -> list[list[str]]:
@@ -271,7 +253,7 @@ def record_batches(feed: Seq2SeqFeed) -> list[list[int]]:
 
 def seeded_epoch(lengths: list[int], batch_size: int, width: int, seed: int,
                  epoch: int) -> list[list[int]]:
-    """The sampler's documented rule written out again: one generator seeded with
+    """The sampler's documented rule written out again: a generator seeded with
     ``seed * 1_000_003 + epoch`` permutes the examples, a stable sort groups them by
     ``length // width``, batches are cut in that order, and the same generator then
     permutes the batches."""
@@ -296,15 +278,13 @@ EPOCH_KILLS = {"just-before-the-boundary": (2, SamplerState(0, 2)),
 
 @pytest.mark.parametrize("name", list(EPOCH_KILLS))
 def test_resume_at_an_epoch_boundary_restores_the_epoch_and_replays_the_seeded_shuffle(
-    tmp_path: Path, name: str,
-) -> None:
+        tmp_path: Path, name: str) -> None:
     kill, restored = EPOCH_KILLS[name]
     whole = s2s_loop(tmp_path / "whole", EPOCH_MAX)
     whole_batches = record_batches(whole.feed)  # type: ignore[arg-type]
     finish(whole)
 
-    killed = s2s_loop(tmp_path / "run", EPOCH_MAX)
-    kill_after(killed, kill)
+    kill_after(s2s_loop(tmp_path / "run", EPOCH_MAX), kill)
     resumed = s2s_loop(tmp_path / "run", EPOCH_MAX)
     assert resumed.resume() == f"ckpt-{kill:08d}.pt"
     assert resumed.state.step == kill
@@ -314,8 +294,8 @@ def test_resume_at_an_epoch_boundary_restores_the_epoch_and_replays_the_seeded_s
     finish(resumed)
 
     lengths = [len(ex.tgt) for ex in examples(12, seed=3, lengths=(1, 5))]
-    stream = [b for e in range(3) for b in seeded_epoch(lengths, 4, 2, SEED, e)]
-    assert len(seeded_epoch(lengths, 4, 2, SEED, 0)) == EPOCH_STEPS
+    stream = [b for e in range(3) for b in seeded_epoch(lengths, 4, 2, S2S_SEED, e)]
+    assert len(seeded_epoch(lengths, 4, 2, S2S_SEED, 0)) == EPOCH_STEPS
     assert whole_batches == stream[:EPOCH_MAX]
     assert later == whole_batches[kill:] == stream[kill:EPOCH_MAX]
     assert [e.epoch for e in resumed.state.history] == [e.epoch for e in whole.state.history]
@@ -336,10 +316,9 @@ SCALER_MAX = 8
 
 
 def scaled_loop(work: Path) -> TrainLoop:
-    """The tiny run with an enabled GradScaler: init scale 1024, x2 after 3 good steps in a row,
-    x0.5 after a non-finite step; step 3 is poisoned. fp16 autocast needs CUDA
-    (``autocast_context``), so the run computes in fp32 and only the scaler is fp16's: this
-    replaces the loop's disabled scaler as ``amp: fp16`` would have built it enabled."""
+    """The tiny run with an enabled GradScaler (init scale 1024, x2 after 3 good steps in a
+    row, x0.5 after a non-finite one) and step 3 poisoned. fp16 autocast needs CUDA, so the
+    run computes in fp32 with the scaler ``amp: fp16`` would have built."""
     loop = s2s_loop(work, SCALER_MAX)
     loop.scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3,
                                        enabled=True)
@@ -361,8 +340,7 @@ def scaler_state(loop: TrainLoop) -> tuple[float, int, int, int]:
 
 @pytest.mark.parametrize("kill", [3, 4])
 def test_resume_restores_the_grad_scaler_scale_growth_tracker_and_skip_counters(
-    tmp_path: Path, kill: int,
-) -> None:
+        tmp_path: Path, kill: int) -> None:
     whole = scaled_loop(tmp_path / "whole")
     finish(whole)
     assert scaler_state(whole) == SCALER_AFTER[SCALER_MAX]
@@ -415,9 +393,9 @@ def lm_docs() -> tuple[list[list[int]], list[list[int]]]:
 
 
 def lm_loop(work: Path, lr: float) -> TrainLoop:
-    cfg = TrainConfig(seed=SEED, amp="none", batch_size=STREAMS, bptt_len=BPTT, max_steps=LM_MAX,
-                      schedule="constant", lr=lr, warmup_steps=0, eval_every=100,
-                      checkpoint_every=1, keep_last=2, threads=1)
+    cfg = TrainConfig(seed=S2S_SEED, amp="none", batch_size=STREAMS, bptt_len=BPTT,
+                      max_steps=LM_MAX, schedule="constant", lr=lr, warmup_steps=0,
+                      eval_every=100, checkpoint_every=1, keep_last=2, threads=1)
     model = tiny_lm("lstm", hidden=8, layers=2, seed=7).train()
     feed = LMFeed(lm_docs(), IDS, "token-mean", 0.0, STREAMS, BPTT, cfg.seed)
     return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "lm"}, 8)
@@ -426,14 +404,12 @@ def lm_loop(work: Path, lr: float) -> TrainLoop:
 def first_dealt() -> tuple[int, int]:
     """The first two documents of epoch 0 under the streams' seed rule (a generator seeded
     with ``seed * 1_000_003 + epoch`` permutes the documents)."""
-    g = torch.Generator().manual_seed(SEED * 1_000_003)
-    order = torch.randperm(5, generator=g).tolist()
-    return order[0], order[1]
+    order = torch.randperm(5, generator=torch.Generator().manual_seed(S2S_SEED * 1_000_003))
+    return int(order[0]), int(order[1])
 
 
 def test_lm_resumed_mid_document_continues_the_streams_and_state_of_the_uninterrupted_run(
-    tmp_path: Path,
-) -> None:
+        tmp_path: Path) -> None:
     whole = lm_loop(tmp_path / "whole", 0.05)
     at_kill: list[tuple[StreamState, tuple[torch.Tensor, ...]]] = []
     whole.on_step = lambda step: step == LM_KILL and at_kill.append(
@@ -465,9 +441,7 @@ def test_lm_resumed_mid_document_continues_the_streams_and_state_of_the_uninterr
     assert carried != pytest.approx(reset, rel=1e-3)
 
 
-def test_lm_restored_carried_state_is_the_state_after_the_text_read_so_far(
-    tmp_path: Path,
-) -> None:
+def test_lm_restored_carried_state_is_the_state_after_the_text_read_so_far(tmp_path: Path) -> None:
     kill_after(lm_loop(tmp_path, 0.0), LM_KILL)  # lr 0: every segment ran with the same weights
     resumed = lm_loop(tmp_path, 0.0)
     resumed.resume()
@@ -485,11 +459,10 @@ def test_lm_restored_carried_state_is_the_state_after_the_text_read_so_far(
 
 
 # -- continuing a finished run (issue 53) --------------------------------------------------
-def _finishing_loop(work: Path, max_steps: int, select: str = "best_dev") -> TrainLoop:
-    """A tiny run with a dev set that evaluates (dev NLL and dev decoding) every 2 steps and
-    at its last step, under the constant schedule (which does not depend on max_steps),
-    dropout on."""
-    cfg = TrainConfig(seed=SEED, amp="none", batch_size=4, bucket_width=2, max_steps=max_steps,
+def finishing_loop(work: Path, max_steps: int, select: str = "best_dev") -> TrainLoop:
+    """A tiny run with dropout and a dev set that evaluates (dev NLL and dev decoding) every
+    2 steps and at its last step, under the constant schedule (independent of max_steps)."""
+    cfg = TrainConfig(seed=S2S_SEED, amp="none", batch_size=4, bucket_width=2, max_steps=max_steps,
                       schedule="constant", lr=1e-2, warmup_steps=0, eval_every=2,
                       checkpoint_every=1, keep_last=2, threads=1, select=select)
     model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
@@ -498,25 +471,16 @@ def _finishing_loop(work: Path, max_steps: int, select: str = "best_dev") -> Tra
     return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
 
 
-def _rows(history: list[StepLog]) -> list[list]:
-    return [[None if isinstance(v, float) and math.isnan(v) else v for v in h.row()]
-            for h in history]
-
-
 @pytest.mark.parametrize("select", ["best_dev", "best_dev_wer"])
 def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path, select: str) -> None:
-    straight = _finishing_loop(tmp_path / "straight", 6, select)
-    straight.resume()
-    straight.run(lambda entry, tokens_per_s: None)
-    first = _finishing_loop(tmp_path / "b", 3, select)
-    first.resume()
-    first.run(lambda entry, tokens_per_s: None)
-    second = _finishing_loop(tmp_path / "b", 6, select)
+    straight = trained(finishing_loop(tmp_path / "straight", 6, select))
+    trained(finishing_loop(tmp_path / "b", 3, select))
+    second = finishing_loop(tmp_path / "b", 6, select)
     assert second.resume() == "ckpt-00000003.pt"
-    second.run(lambda entry, tokens_per_s: None)
+    finish(second)
     assert all(torch.equal(a, b) for a, b in zip(straight.model.state_dict().values(),
                                                  second.model.state_dict().values()))
-    assert _rows(second.state.history) == _rows(straight.state.history)
+    assert rows(second.state) == rows(straight.state)
     assert (second.state.best_step, second.state.best_dev) == \
         (straight.state.best_step, straight.state.best_dev)
     assert not math.isnan(straight.state.history[1].dev_wer)  # the dev decoding ran too
@@ -525,24 +489,19 @@ def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path, selec
         torch.equal(a, b) for a, b in zip(best[0].weights.values(), best[1].weights.values()))
 
 
-def test_a_finished_runs_closing_evaluation_leaves_it_when_it_is_continued(
-        tmp_path: Path) -> None:
-    first = _finishing_loop(tmp_path, 3)
-    first.resume()
-    done = first.run(lambda entry, tokens_per_s: None)
+def test_a_finished_runs_closing_evaluation_leaves_it_when_it_is_continued(tmp_path: Path) -> None:
+    done = trained(finishing_loop(tmp_path, 3)).state
     evaluated = {h.step: h.dev_nll for h in done.history if not math.isnan(h.dev_nll)}
     assert sorted(evaluated) == [2, 3]  # the grid's step 2 and the closing step 3
     closing_best = done.best_step == 3
-    again = _finishing_loop(tmp_path, 6)
+    again = finishing_loop(tmp_path, 6)
     again.resume()
     assert math.isnan(again.state.history[-1].dev_nll)  # step 3: no evaluation now
     assert again.state.history[1].dev_nll == evaluated[2]  # the grid's evaluation stays
     assert (again.state.best_step, again.state.best_dev) == (2, evaluated[2])
     assert (tmp_path / "best.pt").exists() == (not closing_best)
     # resumed with the same max_steps (a killed run), nothing is reopened
-    same = _finishing_loop(tmp_path / "same", 3)
-    same.resume()
-    same.run(lambda entry, tokens_per_s: None)
-    kept = _finishing_loop(tmp_path / "same", 3)
+    same = trained(finishing_loop(tmp_path / "same", 3))
+    kept = finishing_loop(tmp_path / "same", 3)
     kept.resume()
     assert kept.state.history[-1].dev_nll == same.state.history[-1].dev_nll

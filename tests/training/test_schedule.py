@@ -7,9 +7,6 @@ import pytest
 from seqcore.training.schedule import learning_rate
 
 
-# -- issue 32, edges mutants found; was tests/test_rule_edges.py ----------------------------------
-
-# -- schedules ----------------------------------------------------------------------------
 def test_cosine_decay_of_one_step_ends_at_zero_and_stays_there() -> None:
     # warmup 4, total 5: step 5 is the whole decay (progress 1): lr 0; and past the end too
     assert learning_rate(4, "cosine", 1.0, 4, 5, 64) == 1.0

@@ -10,8 +10,6 @@ from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import IDS, examples
 
 
-# -- issue 32, third mutant tranche; was tests/test_pins_models.py --------------------------------
-
 def test_scheduled_sampling_draws_on_the_cpu_and_mixes_on_the_batchs_device() -> None:
     tf = make_batch(examples(3), IDS).tf
     meta = type(tf)(tf.inputs.to("meta"), tf.labels.to("meta"), tf.mask.to("meta"))
