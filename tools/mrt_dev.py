@@ -1,9 +1,11 @@
 """Does minimum risk training pay? MLE alone against MLE + MRT, on dev only (issue 52).
 
-    python tools/mrt_dev.py --mrt-steps 300 [--params params.yaml] [-S train.mrt_alpha=0.5 ...]
+    python tools/mrt_dev.py --mrt-steps 300 [--params params.yaml] [--checkpoints FOLDER]
+                            [-S train.mrt_alpha=0.5 ...]
 
 Continues the current result's likelihood training (the last checkpoint of the folder that
-``reports/results.json`` names) with ``--mrt-steps`` minimum-risk steps under the params'
+``reports/results.json`` names, or of ``--checkpoints``: a train stage run without decode and
+evaluate, e.g. the ``full`` profile's) with ``--mrt-steps`` minimum-risk steps under the params'
 ``train.mrt_*`` settings (``-S key=value`` overrides them), exactly as the train stage would
 run them after ``train.max_steps`` (the same ``TrainLoop``, its RNG states and data cursor
 resumed from the checkpoint). Then decodes dev with the params' decode settings, for the
@@ -80,10 +82,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--mrt-steps", type=int, required=True)
+    parser.add_argument("--checkpoints", default=None, metavar="FOLDER",
+                        help="the checkpoint folder (default: the one reports/results.json names)")
     parser.add_argument("-S", dest="set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     cfg = overridden(load_config(args.params), args.set, args.mrt_steps)
-    folder = Path(Results.load(cfg.paths.results).checkpoints)
+    folder = Path(args.checkpoints or Results.load(cfg.paths.results).checkpoints)
     found = CheckpointDir(folder, cfg.train.keep_last).latest_good()
     if found is None or found.checkpoint.step != cfg.train.max_steps:
         sys.exit(f"{folder}: no checkpoint of step {cfg.train.max_steps}; run `dvc repro`")
