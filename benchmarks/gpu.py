@@ -14,7 +14,8 @@ fails or runs out of time is a row that says so, and the others still run:
    tests/training/test_loop.py, test_resume.py and test_distributed.py: the ``cuda``-marked
    tests and those named for a device) under pytest: passed,
    failed, skipped.
-2. **throughput**: the real ``TrainLoop.train_step`` on the encoded training split, for the
+2. **throughput**: the real ``TrainLoop`` steps on the encoded training split, read back once a
+   ``log_every`` window as the train stage reads them (issue 53), for the
    default shape (2+2 layers, d 128, ff 512) and the ``full`` profile's (3+3, d 256, ff 1024),
    fp32 and bf16: target tokens/s, ms per step and the GPU-busy share (device-kernel time from
    torch.profiler over the timed steps, divided by their wall time; CUDA only).
@@ -108,8 +109,9 @@ def throughput(spec: dict[str, Any]) -> dict[str, Any]:
             [torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         tokens, t0 = 0, time.perf_counter()
         with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(spec["steps"]):
-                tokens += int(loop.train_step().tokens)
+            for start in range(0, spec["steps"], loop.sync_every):  # the run's read-back windows
+                n = min(loop.sync_every, spec["steps"] - start)
+                tokens += sum(int(e.tokens) for e in loop.train_steps(n))
             if cuda:
                 torch.cuda.synchronize()
         seconds = time.perf_counter() - t0

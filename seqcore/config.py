@@ -238,12 +238,23 @@ class TrainConfig:
     def total_steps(self) -> int:
         """The run's last step: the maximum-likelihood steps, then the MRT steps."""
         return self.max_steps + self.mrt_steps
+
+    def optimizer_kernel_on(self, device_kind: str) -> str:
+        """``optimizer_kernel`` on a ``device_kind`` (cpu, cuda) device: unfused or fused. The
+        two round differently, so the training contract holds this, not ``auto``."""
+        if self.optimizer_kernel == "auto":
+            return "fused" if device_kind == "cuda" else "unfused"
+        return self.optimizer_kernel
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
     # CPU kernels (seqcore.kernels, issue 49): portable = ATen's AVX2 build and MKL's
     # COMPATIBLE branch and Adam's square root correctly rounded: the same bytes on every
     # x86-64 CPU with AVX2 (docs/reproducibility.md); native = this CPU's own kernels.
     cpu_kernels: Literal["portable", "native"] = "portable"
+    # The optimiser's kernel (issue 53; seqcore.training.optim): fused = torch's fused Adam, whose
+    # skipped steps need no host synchronisation; unfused = torch's default; auto = fused on
+    # CUDA, unfused on CPU (fused there needs cpu_kernels: native). Their rounding differs.
+    optimizer_kernel: Literal["auto", "unfused", "fused"] = "auto"
     resume: Literal["auto", "fresh"] = "auto"  # fresh: ignore existing checkpoints
     # Scheduled sampling (Bengio et al. 2015): probability of feeding the model's own token.
     ss_schedule: Literal["off", "linear", "exponential", "inverse_sigmoid"] = "off"

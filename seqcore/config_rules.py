@@ -93,6 +93,10 @@ def problems(cfg: Config) -> Iterator[Problem]:
         yield Problem("train.amp", tr.amp, "runs CPU-specific oneDNN kernels, which "
                       "train.cpu_kernels: portable cannot pin; set train.cpu_kernels: native "
                       "(or train.amp: none)")
+    if tr.optimizer_kernel == "fused" and tr.device == "cpu" and tr.cpu_kernels == "portable":
+        yield Problem("train.optimizer_kernel", tr.optimizer_kernel, "is torch's CPU-specific "
+                      "fused Adam, which train.cpu_kernels: portable cannot pin; set "
+                      "train.cpu_kernels: native (or train.optimizer_kernel: auto)")
     scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
         if "://" in cfg.mlflow.tracking_uri else ""
     if scheme not in TRACKING_SCHEMES:

@@ -5,7 +5,7 @@ neither imports the other."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,24 +16,41 @@ from seqcore.models.base import EncoderDecoder
 
 @dataclass(frozen=True)
 class Batch:
-    """A padded batch. src, src_mask: (B, S); tf: teacher-forcing inputs/labels (B, T)."""
+    """A padded batch. src, src_mask: (B, S); tf: teacher-forcing inputs/labels (B, T).
+
+    ``counted``: (tokens, targets) counted on the host before the batch moved to a GPU, so
+    reading them there waits for nothing (issue 53); None on the CPU, where counting is free.
+    """
 
     src: torch.Tensor
     src_mask: torch.Tensor
     tf: TeacherForcing
+    counted: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def tokens(self) -> int:
         """Valid label tokens (EOS included, PAD excluded)."""
-        return int(self.tf.mask.sum())
+        return self.counted[0] if self.counted else int(self.tf.mask.sum())
+
+    @property
+    def targets(self) -> int:
+        """Rows with at least one valid label token (the sequence-mean denominator)."""
+        return self.counted[1] if self.counted else int(self.tf.mask.any(1).sum())
 
     def to(self, device: torch.device) -> Batch:
-        """The same batch on ``device`` (itself when already there)."""
+        """The same batch on ``device`` (itself when already there). To a GPU through pinned
+        memory without waiting: the copy queues behind the GPU's work, not the host."""
         if self.src.device == device:
             return self
-        tf = TeacherForcing(self.tf.inputs.to(device), self.tf.labels.to(device),
-                            self.tf.mask.to(device))
-        return Batch(self.src.to(device), self.src_mask.to(device), tf)
+        cuda = device.type == "cuda"
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return (t.pin_memory() if cuda and t.device.type == "cpu" else t).to(
+                device, non_blocking=cuda)
+
+        tf = TeacherForcing(move(self.tf.inputs), move(self.tf.labels), move(self.tf.mask))
+        return Batch(move(self.src), move(self.src_mask), tf,
+                     (self.tokens, self.targets) if cuda else None)
 
 
 def make_batch(examples: list[Example], ids: SpecialIds) -> Batch:

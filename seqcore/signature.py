@@ -171,7 +171,9 @@ ADDED_KEYS = {"model.transformer.attention_kernel": "auto", "train.cpu_kernels":
               # minimum risk training (issue 52): off, and its settings at their defaults
               "train.mrt_steps": 0, "train.mrt_candidates": 4, "train.mrt_search": "beam",
               "train.mrt_reference": True, "train.mrt_risk": "edit", "train.mrt_alpha": 1.0,
-              "train.mrt_lr": 1e-4}
+              "train.mrt_lr": 1e-4,
+              # the optimiser's kernel (issue 53), resolved: torch's unfused default
+              "train.optimizer_kernel": "unfused"}
 #: Guards: thresholds (and the raw snapshot's pin) that decide whether a stage stops and
 #: change no output byte. The stage that checks one declares it (a change re-checks); it
 #: enters no signature, no training contract, no manifest and no MLflow run.
@@ -215,13 +217,18 @@ def runtime_contract(cfg: Config) -> dict[str, Any]:
 def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     """The part of a training contract every task shares: the flat params of ``sections``
     (train keys in NOT_CONTRACT, and ADDED_KEYS at their old behaviour, left out), then the
-    runtime contract."""
+    runtime contract. ``train.optimizer_kernel`` enters resolved for the device kind (auto is
+    fused on CUDA, unfused on CPU: seqcore.training.optim)."""
+    runtime = runtime_contract(cfg)
     # a guard is not even read: the stage that checks it declares it, no other stage does
     tree = {k: as_dict(getattr(cfg, k), guard_fields(k)) for k in sections}
-    flat = {k: v for k, v in flatten(tree).items()
+    resolved = {"train.optimizer_kernel": cfg.train.optimizer_kernel_on(
+        runtime["train.device_kind"])}
+    flat = {k: resolved.get(k, v) for k, v in flatten(tree).items()}
+    flat = {k: v for k, v in flat.items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)
             and ADDED_KEYS.get(k, object()) != v and k not in GUARD_KEYS | inapplicable_keys(cfg)}
-    flat.update(runtime_contract(cfg))
+    flat.update(runtime)
     return flat
 
 

@@ -153,13 +153,29 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
                           "train.dev_decode_beam": 1, "train.mrt_steps": 0,
                           "train.mrt_candidates": 4, "train.mrt_search": "beam",
                           "train.mrt_reference": True, "train.mrt_risk": "edit",
-                          "train.mrt_alpha": 1.0, "train.mrt_lr": 1e-4}
+                          "train.mrt_alpha": 1.0, "train.mrt_lr": 1e-4,
+                          "train.optimizer_kernel": "unfused"}
     auto = training_contract(kernel("auto"), CONTRACT)
     assert not any(k.endswith("attention_kernel") for k in auto)
     math = training_contract(kernel("math"), CONTRACT)
     assert {k: v for k, v in math.items() if k not in auto} == {
         "model.transformer.attention_kernel": "math"}
     assert {k: v for k, v in math.items() if k in auto} == auto
+
+
+def test_the_optimizer_kernel_enters_the_contract_as_the_kernel_its_device_runs(
+        cfg: Config) -> None:
+    # issue 53: auto is torch's unfused Adam on CPU (every run before the key: left out) and
+    # the fused one on CUDA; fused and unfused round differently, so the contract holds which
+    def contract(kernel: str, device: str) -> dict:
+        return training_contract(edit(cfg, train={"optimizer_kernel": kernel,
+                                                  "device": device}), CONTRACT)
+
+    assert "train.optimizer_kernel" not in contract("auto", "cpu")
+    assert "train.optimizer_kernel" not in contract("unfused", "cuda")
+    assert contract("auto", "cuda")["train.optimizer_kernel"] == "fused"
+    assert contract("fused", "cpu")["train.optimizer_kernel"] == "fused"
+    assert contract("auto", "cuda") == contract("fused", "cuda")
 
 
 def test_the_data_signature_marks_how_max_pairs_cut_the_data(cfg: Config) -> None:

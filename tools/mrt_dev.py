@@ -25,8 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seqcore.artifacts.predictions import Predictions  # noqa: E402
@@ -34,9 +32,8 @@ from seqcore.artifacts.reports import Results  # noqa: E402
 from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: E402
 from seqcore.config import load_config  # noqa: E402
 from seqcore.data.examples import read_encoded  # noqa: E402
-from seqcore.decoding.factory import make_decoder  # noqa: E402
-from seqcore.decoding.predictions import decode_examples  # noqa: E402
-from seqcore.decoding.rescore import pick, scored_candidates  # noqa: E402
+from seqcore.decoding.rescore import pick  # noqa: E402
+from seqcore.decoding.tuning import decode_and_score  # noqa: E402
 from seqcore.determinism import set_determinism  # noqa: E402
 from seqcore.metrics.bootstrap import Resampling  # noqa: E402
 from seqcore.metrics.comparison import paired_headline  # noqa: E402
@@ -63,11 +60,7 @@ def overridden(cfg, pairs: list[str], mrt_steps: int):  # noqa: ANN001, ANN201 (
 def system(model, examples, cfg, toks, base):  # noqa: ANN001, ANN201
     """(the model's own dev rows, the rescored system's rows)."""
     model.eval()
-    with torch.inference_mode():
-        rows = decode_examples(model, examples, make_decoder(cfg.decode, toks.ids), toks.ids,
-                               toks.tgt, cfg.decode.batch_size)
-        scored = scored_candidates(model, examples, rows, base, toks.tgt, toks.ids,
-                                   cfg.decode.batch_size)
+    rows, scored = decode_and_score(model, examples, cfg.decode, toks, base)
     rescored = [pick(r, cs, cfg.decode.rescore_weight, toks.tgt)
                 for r, cs in zip(rows, scored, strict=True)]
     return rows, rescored

@@ -135,7 +135,7 @@ MUTANTS: list[Mutant] = [
            "self.scaler.scale(out.total / max(feed.count(b), 1)).backward()",
            (LOOP, LM, "-k", "minimises")),
     Mutant("wiring: sequence-mean counts tokens", "seqcore/training/feeds.py",
-           "return int(batch.tf.mask.any(1).sum())", "return batch.tokens",
+           "return batch.targets if self.norm", "return batch.tokens if self.norm",
            (LOOP, LM, "-k", "minimises")),
     Mutant("wiring: feed ignores sequence.loss_norm", "seqcore/training/feeds.py",
            "self.ids, self.norm, self.smoothing = ids, seq.loss_norm, seq.label_smoothing",
@@ -165,21 +165,26 @@ MUTANTS: list[Mutant] = [
            "        self.scaler.unscale_(self.opt)\n"
            "        params = [p for p in self.model.parameters() if p.grad is not None]\n"
            "        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf\n"
-           "        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, "
+           "        return torch.nn.utils.clip_grad_norm_(params, max_norm, "
            "error_if_nonfinite=False)\n",
            "        params = [p for p in self.model.parameters() if p.grad is not None]\n"
            "        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf\n"
            "        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, "
            "error_if_nonfinite=False)\n"
-           "        self.scaler.unscale_(self.opt)\n",
+           "        self.scaler.unscale_(self.opt)\n"
+           "        return norm\n",
            (LOOP, "-k", "unscale")),
     Mutant("clipping: train.clip_norm ignored", "seqcore/training/loop.py",
            "max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf",
            "max_norm = math.inf",
            (LOOP, "-k", "clipping")),
     Mutant("skipping: non-finite steps taken", "seqcore/training/loop.py",
-           "        if math.isfinite(norm):\n", "        if True:\n",
+           "            if finite:\n                self.scaler.step(self.opt)",
+           "            if True:\n                self.scaler.step(self.opt)",
            (LOOP, "-k", "non_finite")),
+    Mutant("skipping: the fused optimiser steps on a non-finite norm", "seqcore/training/loop.py",
+           "self.opt.found_inf = None, (~norm.isfinite()).float()",
+           "self.opt.found_inf = None, None", (LOOP, "-k", "non_finite")),
     # -- TBPTT -------------------------------------------------------------------------------
     Mutant("TBPTT: state not detached", "seqcore/models/rnnlm.py",
            "return tuple(t.detach() for t in state)", "return tuple(state)",

@@ -12,12 +12,13 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from seqcore.artifacts.model_file import ModelFile
 from seqcore.artifacts.predictions import Predictions
-from seqcore.config import Config, ConfigError
+from seqcore.config import Config, ConfigError, DecodeConfig
 from seqcore.data.examples import read_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
@@ -118,6 +119,18 @@ BEAMS, ALPHAS = (1, 3, 5, 8), (0.0, 0.6, 1.0)
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
+def decode_and_score(model: torch.nn.Module, examples: list, decode: DecodeConfig, toks: Any,
+                     base: dict) -> tuple[list, list]:
+    """The model's own rows of ``examples`` under ``decode``, and with ``base`` (the baseline's
+    n-best rows by id; empty: no rescoring) each row's candidates scored for ``pick``."""
+    with torch.inference_mode():
+        rows = decode_examples(model, examples, make_decoder(decode, toks.ids), toks.ids,
+                               toks.tgt, decode.batch_size)
+        scored = scored_candidates(model, examples, rows, base, toks.tgt, toks.ids,
+                                   decode.batch_size) if base else []
+    return rows, scored
+
+
 def tune(cfg: Config, beams: list[int], alphas: list[float],
          weights: list[float]) -> tuple[list[Scored], int]:
     """Every setting of the grid scored on dev, in grid order, and the dev row count."""
@@ -141,11 +154,7 @@ def tune(cfg: Config, beams: list[int], alphas: list[float],
             start = time.perf_counter()
             decode = replace(cfg.decode, split="dev", strategy="beam", beam_size=beam,
                              alpha=alpha)
-            with torch.inference_mode():
-                rows = decode_examples(model, examples, make_decoder(decode, toks.ids),
-                                       toks.ids, toks.tgt, decode.batch_size)
-                scored = scored_candidates(model, examples, rows, base, toks.tgt, toks.ids,
-                                           decode.batch_size) if rescored else []
+            rows, scored = decode_and_score(model, examples, decode, toks, base)
             out.append(figures(Setting(beam, alpha, None), rows))
             out += [figures(Setting(beam, alpha, w), [
                 pick(r, cs, w, toks.tgt) for r, cs in zip(rows, scored, strict=True)])

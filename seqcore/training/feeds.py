@@ -120,9 +120,7 @@ class Seq2SeqFeed:
             self.device)
 
     def count(self, batch: Batch) -> int:
-        if self.norm == "sequence-mean":
-            return int(batch.tf.mask.any(1).sum())
-        return batch.tokens
+        return batch.targets if self.norm == "sequence-mean" else batch.tokens
 
     def tokens(self, batch: Batch) -> int:
         return batch.tokens

@@ -8,6 +8,14 @@ Order of one optimisation step (each rule has a test):
 3. unscale (fp16), then check every gradient is finite, then clip by global L2 norm, then step.
    A non-finite step is skipped and counted; too many in a row stop training.
 
+Reading the device back (issue 53): a step leaves its loss and gradient norm on the device,
+and under the fused optimiser (``train.optimizer_kernel``; auto on CUDA) the skip of a
+non-finite step happens on the device too (the optimiser's ``found_inf``), so a GPU step
+waits for nothing and the host queues the next while the GPU computes. The run reads the
+figures back once per window (every step on CPU; ``log_every`` steps on a GPU, and at every
+evaluation, checkpoint, ledger state and the last step), then counts skips in step order as
+the unfused step does at once: the log and the weights are the same whatever the window.
+
 Under multi-process training (``seqcore.training.distributed``) step 1's counts and the
 logged loss are summed over ranks, and after step 2 the gradients are summed over ranks, so
 unscale, the finiteness check and the clip in step 3 see the global gradient on every rank.
@@ -71,6 +79,23 @@ def autocast_context(amp: str, device: torch.device) -> Any:
     return torch.autocast(device.type, dtype=dtype)
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A step whose figures are still on the device: the micro-batches' summed losses, the
+    pre-clip gradient norm, and (unfused) the skipped count after it; fused: None, counted
+    when read."""
+
+    step: int
+    epoch: int
+    lr: float
+    totals: list[torch.Tensor] | list[float]
+    denominator: int
+    tokens: int
+    norm: torch.Tensor
+    ss_prob: float
+    skipped: int | None
+
+
 class TrainLoop:
     """Owns the model, optimiser, scaler, feed and generator of one training run.
 
@@ -89,9 +114,14 @@ class TrainLoop:
         # a guard, read up front: the train stage declares it whether or not a step is skipped
         self.max_skips = cfg.max_consecutive_skips
         self.device = next(model.parameters()).device
+        self.fused = cfg.optimizer_kernel_on(self.device.type) == "fused"
         self.opt = build_optimizer(
             model.parameters(), cfg.optimizer, cfg.betas, cfg.eps, cfg.weight_decay,
-            portable=cfg.cpu_kernels == "portable" and self.device.type == "cpu")
+            portable=cfg.cpu_kernels == "portable" and self.device.type == "cpu",
+            kernel="fused" if self.fused else "unfused")
+        # Steps between reads of the device (loss, gradient norm, skipped or not): a CPU
+        # computes eagerly, so every step; a GPU queues a window of log_every steps ahead.
+        self.sync_every = 1 if self.device.type == "cpu" else max(cfg.log_every, 1)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.amp == "fp16")
         # Scheduled-sampling draws; every rank draws its own (rank 0 = the single process).
         self.gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * world.rank)
@@ -194,6 +224,17 @@ class TrainLoop:
     def train_step(self) -> StepLog:
         """One optimisation step over ``accum_steps`` micro-batches; returns its log entry
         (``dev_nll`` NaN: the run fills it on an evaluation step)."""
+        return self.train_steps(1)[0]
+
+    def train_steps(self, n: int) -> list[StepLog]:
+        """``n`` optimisation steps read back once, after the last (as ``run`` does within a
+        window); their log entries."""
+        return self._settle([self._step() for _ in range(n)])
+
+    def _step(self) -> _Pending:
+        """One optimisation step, its loss and gradient norm left on the device (read by
+        ``_settle``). Under the fused optimiser a non-finite step is skipped on the device too,
+        so the step reads nothing back (issue 53); the unfused one decides on the host."""
         s, cfg, feed = self.state, self.cfg, self.feed
         epoch = feed.epoch
         mrt = s.step >= cfg.max_steps  # the minimum-risk steps follow the likelihood ones
@@ -212,41 +253,67 @@ class TrainLoop:
         ss_prob = 0.0 if mrt else scheduled_sampling_probability(
             s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)
         self.opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        totals: list[torch.Tensor] | list[float] = []
         for b in batches:
             with autocast_context(cfg.amp, self.device):
                 out = feed.mrt_loss(self.model, b, self.gen) if mrt else \
                     feed.loss(self.model, b, ss_prob, self.gen)
             self.scaler.scale(out.total / denominator).backward()
-            loss_sum += float(out.total.detach())
+            totals.append(out.total.detach())
         if self.world.size > 1:
             distributed.all_reduce_gradients(self.world, list(self.model.parameters()))
-            loss_sum = distributed.all_reduce_sum(self.world, [loss_sum], self.device)[0]
+            totals = [distributed.all_reduce_sum(
+                self.world, [sum(float(t) for t in totals)], self.device)[0]]
         norm = self._unscale_clip()
-        if math.isfinite(norm):
-            self.scaler.step(self.opt)
-            s.consecutive_skips = 0
+        finite = None
+        if self.fused:  # skipped on the device when the norm is not finite: no read-back
+            self.opt.grad_scale, self.opt.found_inf = None, (~norm.isfinite()).float()
+            self.opt.step()  # after unscale_, so the scaler's update sees its own inf checks
         else:
-            s.skipped += 1
-            s.consecutive_skips += 1
-            if s.consecutive_skips >= self.max_skips:
-                raise TooManySkippedSteps(
-                    f"{s.consecutive_skips} non-finite gradient steps in a row at step "
-                    f"{s.step + 1} (train.max_consecutive_skips={self.max_skips}); "
-                    "lower train.lr, check the data, or use amp: none")
+            finite = math.isfinite(float(norm))
+            if finite:
+                self.scaler.step(self.opt)
+            self._count_skip(finite, s.step + 1)
         self.scaler.update()
         s.step += 1
         s.tokens += tokens
-        return StepLog(s.step, epoch, lr, loss_sum / denominator, tokens, norm, s.skipped,
-                       math.nan, ss_prob)
+        return _Pending(s.step, epoch, lr, totals, denominator, tokens, norm, ss_prob,
+                        None if finite is None else s.skipped)
 
-    def _unscale_clip(self) -> float:
-        """Unscale, check finiteness, clip by global norm; returns the pre-clip norm."""
+    def _count_skip(self, finite: bool, step: int) -> None:
+        """Count a skipped step; too many in a row stop training (TooManySkippedSteps)."""
+        s = self.state
+        if finite:
+            s.consecutive_skips = 0
+            return
+        s.skipped += 1
+        s.consecutive_skips += 1
+        if s.consecutive_skips >= self.max_skips:
+            raise TooManySkippedSteps(
+                f"{s.consecutive_skips} non-finite gradient steps in a row at step {step} "
+                f"(train.max_consecutive_skips={self.max_skips}); lower train.lr, check the "
+                "data, or use amp: none")
+
+    def _settle(self, pending: list[_Pending]) -> list[StepLog]:
+        """The log entries of steps run by ``_step``, in order: the device's figures read
+        back, and (fused) their skips counted as the unfused step counts them at once."""
+        entries = []
+        for p in pending:
+            skipped = p.skipped
+            if skipped is None:
+                self._count_skip(math.isfinite(float(p.norm)), p.step)
+                skipped = self.state.skipped
+            loss = sum(float(t) for t in p.totals) / p.denominator
+            entries.append(StepLog(p.step, p.epoch, p.lr, loss, p.tokens, float(p.norm),
+                                   skipped, math.nan, p.ss_prob))
+        return entries
+
+    def _unscale_clip(self) -> torch.Tensor:
+        """Unscale, clip by global norm (nothing read back); returns the pre-clip norm."""
         self.scaler.unscale_(self.opt)
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
-        return float(norm)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
 
     # -- the run -------------------------------------------------------------------------
     def run(self, log: Callable[[StepLog, float], None]) -> TrainState:
@@ -260,19 +327,35 @@ class TrainLoop:
 
         bar = tqdm(total=self.cfg.total_steps, initial=self.state.step,
                    disable=not sys.stderr.isatty() or not self.world.main, unit="step")
+        pending: list[_Pending] = []
+        t0 = time.perf_counter()
         while self.state.step < self.cfg.total_steps:
-            t0 = time.perf_counter()
-            entry = self.train_step()
-            tokens_per_s = entry.tokens / max(time.perf_counter() - t0, 1e-9)
-            entry = self._maybe_evaluate(entry)
-            self.state.history.append(entry)
-            log(entry, tokens_per_s)
-            bar.update(1)
-            bar.set_postfix(loss=f"{entry.loss:.3f}", tok_s=f"{tokens_per_s:.0f}")
-            self._save(self.state.step)
-            self.on_step(self.state.step)
+            pending.append(self._step())
+            step = self.state.step
+            if self._reads_back(step):  # the window's figures, then what needs them
+                entries = self._settle(pending)
+                tokens_per_s = sum(e.tokens for e in entries) / max(
+                    time.perf_counter() - t0, 1e-9)
+                for entry in entries:  # an evaluation step ends its window
+                    entry = self._maybe_evaluate(entry)
+                    self.state.history.append(entry)
+                    log(entry, tokens_per_s)
+                bar.update(len(entries))
+                bar.set_postfix(loss=f"{entry.loss:.3f}", tok_s=f"{tokens_per_s:.0f}")
+                self._save(step)
+                pending, t0 = [], time.perf_counter()
+            self.on_step(step)
         bar.close()
         return self.state
+
+    def _reads_back(self, step: int) -> bool:
+        """Whether the run reads the device after ``step``: at the end of a ``sync_every``
+        window, and wherever the figures are needed (an evaluation, a checkpoint or ledger
+        state, the last step)."""
+        cfg = self.cfg
+        return (step % self.sync_every == 0 or step % cfg.eval_every == 0
+                or step % cfg.checkpoint_every == 0 or step == cfg.total_steps
+                or is_ledger_step(step, cfg.total_steps, cfg.ledger_every))
 
     def _save(self, step: int) -> None:
         """The checkpoint of every ``checkpoint_every`` steps and the ledger state of every

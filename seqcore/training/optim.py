@@ -68,12 +68,19 @@ class PortableAdam(torch.optim.Adam):
 
 
 def build_optimizer(params: Iterable[torch.Tensor], optimizer: str, betas: tuple[float, float],
-                    eps: float, weight_decay: float, portable: bool) -> torch.optim.Optimizer:
+                    eps: float, weight_decay: float, portable: bool,
+                    kernel: str = "unfused") -> torch.optim.Optimizer:
     """Adam or AdamW (``optimizer``) at lr 0 (the schedule sets it each step); ``portable``:
     the correctly rounded :class:`PortableAdam` (CPU training under ``train.cpu_kernels:
-    portable``), else torch's own (native CPU kernels, and every GPU)."""
+    portable``), else torch's own, unfused or fused (``kernel``: ``train.optimizer_kernel``
+    resolved by ``TrainConfig.optimizer_kernel_on``)."""
     decoupled = optimizer == "adamw"
     if portable:
+        if kernel == "fused":
+            raise ValueError("train.optimizer_kernel = 'fused': torch's fused kernel is "
+                             "CPU-specific, which train.cpu_kernels: portable cannot pin; set "
+                             "train.cpu_kernels: native (or train.optimizer_kernel: auto)")
         return PortableAdam(params, 0.0, betas, eps, weight_decay, decoupled)
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
-    return cls(params, lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay)
+    return cls(params, lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay,
+               fused=kernel == "fused" or None)

@@ -98,6 +98,10 @@ CASES = [
      "train.amp: none)"),
     ("validate", over({"train": {"cpu_kernels": "fast"}}),
      "train.cpu_kernels = 'fast': must be one of portable, native"),
+    # issue 53: torch's fused Adam is CPU-specific too
+    ("validate", over({"train": {"optimizer_kernel": "fused"}}), "train.optimizer_kernel = "
+     "'fused': is torch's CPU-specific fused Adam, which train.cpu_kernels: portable cannot "
+     "pin; set train.cpu_kernels: native (or train.optimizer_kernel: auto)"),
     ("validate", over({"data": {"source": "tsv", "path": "/tmp"},
                        "paths": {"raw": "data/raw/tmp"}}),
      "data.path = '/tmp': a folder; name the data file in it"),

@@ -103,6 +103,7 @@ LIVE: dict[str, Live] = {
     "train.optimizer": Live("train", "adamw", {"train.weight_decay": 0.1}),
     "train.schedule": Live("train", "constant", {"train.lr": 1e-3}),
     "train.amp": Live("train", "bf16", {"train.cpu_kernels": "native"}),
+    "train.optimizer_kernel": Live("train", "fused", {"train.cpu_kernels": "native"}),
     "train.max_consecutive_skips": Live(
         "train", 1, {"train.lr": 1e30, "train.max_consecutive_skips": 100}, fails=True),
     "train.select": Live("train", "last", {"train.lr": 20.0}),
@@ -166,7 +167,9 @@ NOT_RESULTS: dict[str, str] = {
                           "the result signature",
     "decode.tuned_on": "which split chose the decode settings (pipeline.tune --write): the "
                        "tuned field of the result signature (tests/stages/test_tune.py)",
-    "train.log_every": "how often a progress line goes to stderr (logging)",
+    "train.log_every": "how often a progress line goes to stderr, and on a GPU how often the "
+                       "run reads the device back: the same log and weights whatever the "
+                       "window (tests/training/test_loop.py)",
     "train.resume": "resuming gives identical losses and model (tests/training/test_resume.py, "
                     "tests/stages/test_resume_stage.py); fresh only deletes old checkpoints",
 }

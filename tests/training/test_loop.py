@@ -117,9 +117,15 @@ def test_fp16_autocast_is_refused_on_cpu() -> None:
         autocast_context("fp16", CPU)
 
 
+# fused: torch's fused Adam skips on the device (issue 53); on CPU under native kernels only
+KERNELS = {"unfused": {}, "fused": {"optimizer_kernel": "fused", "cpu_kernels": "native"}}
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
 def test_non_finite_gradient_skips_the_step_counts_it_and_stops_after_the_limit(
-        tmp_path: Path) -> None:
-    tr = trainer(tmp_path, examples(8), max_consecutive_skips=3)
+        tmp_path: Path, kernel: str) -> None:
+    tr = trainer(tmp_path, examples(8), max_consecutive_skips=3, **KERNELS[kernel])
+    assert tr.fused == (kernel == "fused") == bool(tr.opt.defaults["fused"])
     with torch.no_grad():
         next(tr.model.parameters()).fill_(math.nan)  # every gradient becomes NaN
     before = params_of(tr.model)
@@ -128,8 +134,53 @@ def test_non_finite_gradient_skips_the_step_counts_it_and_stops_after_the_limit(
         assert math.isnan(row.grad_norm) and tr.state.skipped == step == row.skipped
     assert all(torch.equal(a.nan_to_num(), p.nan_to_num()) for a, p in  # no step was taken
                zip(before, tr.model.parameters()))
+    assert all(float(st["step"]) == 0 for st in tr.opt.state.values())  # nor counted by Adam
     with pytest.raises(TooManySkippedSteps, match="3 non-finite gradient steps in a row"):
         tr.train_step()
+
+
+def poisoned(loop: TrainLoop, steps: set[int]) -> TrainLoop:
+    """``loop`` with a NaN loss (so NaN gradients, a skipped step) at the 1-based ``steps``."""
+    loss = loop.feed.loss
+
+    def nan_at(model: nn.Module, batch: Batch, ss_prob: float, gen: torch.Generator) -> Any:
+        out = loss(model, batch, ss_prob, gen)
+        bad = loop.state.step + 1 in steps
+        return dataclasses.replace(out, total=out.total * math.nan) if bad else out
+
+    loop.feed.loss = nan_at  # type: ignore[method-assign]
+    return loop
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_reading_the_device_back_once_a_window_gives_the_per_step_log_and_weights(
+        tmp_path: Path, kernel: str) -> None:
+    # issue 53: on a GPU the run reads loss, gradient norm and skips back once per log_every
+    # steps; whatever the window, the log (skips counted at their own steps) and the weights
+    # are the per-step run's, and the checkpoints hold the settled counts
+    runs = {}
+    for window in (1, 3):
+        loop = poisoned(plain_loop(tmp_path / str(window), examples(12), max_steps=8,
+                                   eval_every=4, checkpoint_every=5, **KERNELS[kernel]), {2, 3})
+        loop.sync_every = window
+        finish(loop)
+        runs[window] = loop
+    assert [e.skipped for e in runs[1].state.history] == [0, 1, 2, 2, 2, 2, 2, 2]
+    assert log_text(runs[3]) == log_text(runs[1])
+    assert all(torch.equal(a, b) for a, b in zip(params_of(runs[3].model),
+                                                 params_of(runs[1].model), strict=True))
+    assert [c.name for c in runs[3].ckpt.numbered()] == ["ckpt-00000005.pt", "ckpt-00000008.pt"]
+    assert Checkpoint.load(runs[3].ckpt.numbered()[0]).progress.skipped == 2
+
+
+def test_a_window_stops_at_the_step_where_the_skips_in_a_row_reached_the_limit(
+        tmp_path: Path) -> None:
+    loop = poisoned(plain_loop(tmp_path, examples(12), max_steps=8, max_consecutive_skips=2,
+                               **KERNELS["fused"]), {2, 3, 4})
+    loop.sync_every = 8
+    with pytest.raises(TooManySkippedSteps, match="2 non-finite gradient steps in a row at "
+                                                  "step 3 "):
+        finish(loop)
 
 
 # -- accumulation and clipping -----------------------------------------------------------------
@@ -854,6 +905,8 @@ def test_model_batches_and_optimizer_state_live_on_the_configured_device(tmp_pat
     run.resume()
     batch = run.feed.draw()
     assert batch.src.is_cuda and batch.tf.labels.is_cuda
+    # counted on the host before the move (issue 53): reading them waits for no copy
+    assert batch.counted == (int(batch.tf.mask.sum()), int(batch.tf.mask.any(1).sum()))
     run.train_step()
     assert all(p.is_cuda for p in run.model.parameters())
     assert all(t.is_cuda for s in run.opt.state.values() for k, t in s.items()
@@ -889,6 +942,23 @@ def test_continuing_a_finished_run_on_one_gpu_equals_the_straight_run(tmp_path: 
     for a, b in zip(straight.model.parameters(), second.model.parameters()):
         assert torch.equal(a, b)
     assert log_text(straight) == log_text(second)
+
+
+@pytest.mark.cuda
+@NEEDS_GPU
+def test_a_gpu_run_steps_with_the_fused_optimizer_and_one_read_back_a_window(
+        tmp_path: Path) -> None:
+    # issue 53: auto is torch's fused Adam on CUDA; reading the device back once per window
+    # (log_every) gives the log and the weights of reading it after every step
+    runs = []
+    for window in (1, 50):
+        run = cuda_loop(tmp_path / str(window))
+        run.sync_every = window
+        runs.append(trained(run))
+    assert runs[0].fused and runs[0].opt.defaults["fused"]
+    assert log_text(runs[0]) == log_text(runs[1])
+    assert all(torch.equal(a, b) for a, b in zip(runs[0].model.parameters(),
+                                                 runs[1].model.parameters()))
 
 
 class IdentityTok:

@@ -196,12 +196,13 @@ def write_outputs(cfg: Config, metrics: dict[str, Any], out: Outputs,
              metrics["token_error_rate"], base_wer=base.get("word_error_rate"),
              base_per=base.get("token_error_rate")).save(cfg.paths.headline)
     write_csv(cfg.paths.buckets, out.buckets)
-    write_csv(details / "failure_rates.csv", failure_rate_table(out.own))
+    failure_rates = failure_rate_table(out.own)
+    write_csv(details / "failure_rates.csv", failure_rates)
     if out.system.groups:
         write_csv(details / "groups.csv", out.system.groups)
     plots.training_curve_png(Path(cfg.paths.train_log), details / "training_curve.png")
     plots.bucket_png(out.buckets, details / "buckets.png")
-    plots.failure_png(failure_rate_table(out.own), details / "failure_rates.png")
+    plots.failure_png(failure_rates, details / "failure_rates.png")
     rel = Path(details).relative_to(Path(cfg.paths.report).parent)
     images = {t: str(rel / f) for t, f in (("training curve", "training_curve.png"),
                                            ("metrics by length bucket", "buckets.png"),
