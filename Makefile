@@ -68,8 +68,10 @@ mutate-generated: $(STAMP)
 
 # The `full` profile (issues 17 and 28; docs/quality.md): a 3+3-layer d=256 Transformer,
 # 12,000 steps (the 18,000-step run's dev NLL was lowest at 12,000-12,500 and flat after),
-# rescoring the Phonetisaurus baseline's 10-best like the default. bf16 where the CPU has
-# avx512_bf16 (native bf16 matmuls: 1 h 52 min of training on 2 Intel Xeon cores), fp32
+# rescoring the Phonetisaurus baseline's 10-best like the default, with the beam, alpha and
+# weight `python -m pipeline.tune` chose on dev for this model (docs/full-profile/2026-12-05/).
+# bf16 where the CPU has avx512_bf16 (native bf16 matmuls: about 80 min of training on 2 AMD
+# EPYC cores, 1 h 52 min on 2 Intel Xeon cores), fp32
 # elsewhere (bf16 is emulated there, about 20x slower); `make full FULL_AMP=none` forces
 # fp32. A DVC experiment from the committed default, so `dvc exp show` sets it beside the
 # default run and MLflow records it as its own run; record in docs/full-profile/.
@@ -80,7 +82,8 @@ FULL_KERNELS ?= $(if $(filter bf16,$(FULL_AMP)),native,portable)
 FULL := -S model.transformer.d_model=256 -S model.transformer.d_ff=1024 \
 	-S model.transformer.enc_layers=3 -S model.transformer.dec_layers=3 \
 	-S train.max_steps=12000 -S train.warmup_steps=1000 -S train.lr=0.002 \
-	-S train.amp=$(FULL_AMP) -S train.cpu_kernels=$(FULL_KERNELS)
+	-S train.amp=$(FULL_AMP) -S train.cpu_kernels=$(FULL_KERNELS) \
+	-S decode.beam_size=3 -S decode.alpha=1.0 -S decode.rescore_weight=0.5
 full: $(STAMP)
 	dvc exp run -n full $(FULL)
 
