@@ -48,7 +48,7 @@ def _from_revision(name: str, rev: str, relative: str, origin: str, failing: str
     ``failing`` leads the one line when they cannot be read."""
     import dvc.api  # noqa: PLC0415 (slow import; the library never imports dvc)
 
-    header = relative.removesuffix(".jsonl") + ".header.json"
+    header = str(header_path(relative))
     with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
         local = Path(tmp) / Path(relative).name
         for src, dst in ((relative, local), (header, Path(tmp) / Path(header).name)):

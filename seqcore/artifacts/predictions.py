@@ -42,8 +42,13 @@ def model_rows_path(predictions: str | Path) -> Path:
 
 
 def header_path(predictions: str | Path) -> Path:
-    """``predictions/<split>.header.json`` of ``predictions/<split>.jsonl``."""
-    return Path(predictions).with_suffix(".header.json")
+    """``predictions/<split>.header.json`` of ``predictions/<split>.jsonl``, and of the
+    model's own rows ``predictions/<split>.model.jsonl`` (the same model and decode settings,
+    before the rescoring), so those read and compare like any predictions file."""
+    path = Path(predictions)
+    if path.name.endswith(".model.jsonl"):
+        path = path.with_name(path.name.removesuffix(".model.jsonl") + ".jsonl")
+    return path.with_suffix(".header.json")
 
 
 @dataclass(frozen=True)

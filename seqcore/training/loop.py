@@ -42,6 +42,7 @@ from torch import nn
 from seqcore.artifacts.train_log import (  # noqa: F401 (LOG_COLUMNS, StepLog re-exported)
     DECODE_COLUMNS, LOG_COLUMNS, StepLog)
 from seqcore.config import TrainConfig
+from seqcore.errors import OneLineError
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
@@ -52,8 +53,31 @@ from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 
-class TooManySkippedSteps(RuntimeError):
+class TooManySkippedSteps(OneLineError, RuntimeError):
     """Training produced non-finite gradients too many steps in a row."""
+
+
+class TrainingOutOfMemory(OneLineError, RuntimeError):
+    """A step ran out of (GPU or CPU) memory: the message names the micro-batch's shape and
+    the settings that shrink it."""
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation failure: CUDA's OutOfMemoryError, or the CPU
+    allocator's RuntimeError."""
+    return isinstance(err, torch.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+
+
+def batch_shape(batch: Any) -> tuple[str, str]:
+    """A micro-batch's padded shape in words (pairs: sources and targets; lm: streams), and
+    the keys that bound its length."""
+    if hasattr(batch, "src"):
+        (b, s), (_, t) = batch.src.shape, batch.tf.labels.shape
+        return (f"{b} sources x {s} positions and {b} targets x {t} positions",
+                "sequence.max_src_len/max_tgt_len")
+    rows, cols = batch.labels.shape
+    return f"{rows} streams x {cols} positions", "train.bptt_len"
 
 
 @dataclass
@@ -255,10 +279,21 @@ class TrainLoop:
         self.opt.zero_grad(set_to_none=True)
         totals: list[torch.Tensor] | list[float] = []
         for b in batches:
-            with autocast_context(cfg.amp, self.device):
-                out = feed.mrt_loss(self.model, b, self.gen) if mrt else \
-                    feed.loss(self.model, b, ss_prob, self.gen)
-            self.scaler.scale(out.total / denominator).backward()
+            try:
+                with autocast_context(cfg.amp, self.device):
+                    out = feed.mrt_loss(self.model, b, self.gen) if mrt else \
+                        feed.loss(self.model, b, ss_prob, self.gen)
+                self.scaler.scale(out.total / denominator).backward()
+            except RuntimeError as err:  # torch.OutOfMemoryError is one
+                if not out_of_memory(err):
+                    raise
+                shape, lengths = batch_shape(b)
+                raise TrainingOutOfMemory(
+                    f"out of {self.device.type} memory at step {s.step + 1} on a micro-batch "
+                    f"of {shape} (train.batch_size={cfg.batch_size}, train.accum_steps="
+                    f"{cfg.accum_steps}); lower train.batch_size and raise train.accum_steps "
+                    f"by the same factor (the same batch in smaller pieces), or lower "
+                    f"{lengths}") from None
             totals.append(out.total.detach())
         if self.world.size > 1:
             distributed.all_reduce_gradients(self.world, list(self.model.parameters()))

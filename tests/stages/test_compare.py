@@ -101,6 +101,19 @@ def test_the_baseline_folder_compares_with_a_model_on_the_same_rows(
     assert code == 2 and "1 row id(s) only in A (first '00059')" in err
 
 
+def test_the_models_own_rows_compare_through_the_header_of_their_split(
+        tmp_path: Path, params: Path, capsys: pytest.CaptureFixture) -> None:
+    # predictions/test.model.jsonl (the model before the rescoring) has no header of its own:
+    # it is the split's, so "the model alone against the baseline" is one command
+    system = write(tmp_path / "run", rows(40, 30))
+    own = system / "predictions/test.model.jsonl"
+    Predictions(rows(40, 10)).save(own)
+    code, out, _ = run_main(capsys, str(system / "predictions/test.jsonl"), str(own),
+                            "--params", str(params))
+    assert code == 0, out
+    assert "- B: " + str(own) in out and "| word_error_rate | 0.2500 | 0.7500 | 0.5000 |" in out
+
+
 def test_rows_of_another_evaluation_set_are_refused() -> None:
     with pytest.raises(NotComparable, match=r"1 row id\(s\) only in A \(first '00002'\), 1 only"
                                             r" in B \(first 'x00000'\)"):

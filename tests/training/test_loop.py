@@ -33,6 +33,7 @@ from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.greedy import greedy
 from seqcore.decoding.predictions import decode_examples
 from seqcore.determinism import resolve_device, set_determinism
+from seqcore.errors import OneLineError
 from seqcore.ledger import first_difference
 from seqcore.losses import LossNorm, sequence_loss
 from seqcore.models import build_model
@@ -137,6 +138,27 @@ def test_non_finite_gradient_skips_the_step_counts_it_and_stops_after_the_limit(
     assert all(float(st["step"]) == 0 for st in tr.opt.state.values())  # nor counted by Adam
     with pytest.raises(TooManySkippedSteps, match="3 non-finite gradient steps in a row"):
         tr.train_step()
+
+
+def test_a_step_out_of_memory_names_the_micro_batch_shape_and_the_settings_to_lower(
+        tmp_path: Path) -> None:
+    # issue 53: the CPU allocator's own failure (a real one: an allocation it refuses)
+    loop = plain_loop(tmp_path, examples(8), batch_size=4, accum_steps=2)
+    loss = loop.feed.loss
+
+    def too_big(model: nn.Module, batch: Batch, ss_prob: float, gen: torch.Generator) -> Any:
+        torch.empty(2**50)  # 4 PiB
+        return loss(model, batch, ss_prob, gen)
+
+    loop.feed.loss = too_big  # type: ignore[method-assign]
+    with pytest.raises(loop_module.TrainingOutOfMemory) as stopped:
+        loop.train_step()
+    assert re.fullmatch(
+        r"out of cpu memory at step 1 on a micro-batch of 4 sources x \d+ positions and 4 "
+        r"targets x \d+ positions \(train.batch_size=4, train.accum_steps=2\); lower "
+        r"train.batch_size and raise train.accum_steps by the same factor \(the same batch in "
+        r"smaller pieces\), or lower sequence.max_src_len/max_tgt_len", str(stopped.value))
+    assert isinstance(stopped.value, OneLineError)  # a stage prints it alone, exit status 1
 
 
 def poisoned(loop: TrainLoop, steps: set[int]) -> TrainLoop:
