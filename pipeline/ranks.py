@@ -15,7 +15,7 @@ from seqcore.determinism import DeviceUnavailable, device_kind, resolve_device, 
 from seqcore.tasks import TaskError, get_task
 from seqcore.training import distributed
 from seqcore.training.checkpoint import CheckpointDir
-from seqcore.training.loop import check_world
+from seqcore.training.distributed import check_world
 from seqcore.training.setups import Setup
 
 

@@ -197,3 +197,18 @@ def barrier(world: World) -> None:
         import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
         dist.barrier()
+
+
+def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) -> None:
+    """One-line refusals (WorldMismatch) of a checkpoint written by ``stored``'s world for a
+    run of ``size`` processes on ``device_type``."""
+    if stored["size"] != size:
+        raise WorldMismatch(
+            f"{path} was written by {stored['size']} process(es) and this run has {size}; "
+            f"set train.nproc: {stored['size']} to resume it, or train.resume: fresh to "
+            "start over")
+    if stored["device_kind"] != device_type:
+        raise WorldMismatch(
+            f"{path} was trained on {stored['device_kind']} and this run is on {device_type} "
+            f"(their float results differ); set train.device to {stored['device_kind']} to "
+            "resume it, or train.resume: fresh to start over")

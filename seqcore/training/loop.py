@@ -42,42 +42,16 @@ from torch import nn
 from seqcore.artifacts.train_log import (  # noqa: F401 (LOG_COLUMNS, StepLog re-exported)
     DECODE_COLUMNS, LOG_COLUMNS, StepLog)
 from seqcore.config import TrainConfig
-from seqcore.errors import OneLineError
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
     rng_snapshot)
 from seqcore.training.dev_decode import DevScores, best_row, selection_key
+from seqcore.training.failures import (
+    TooManySkippedSteps, TrainingOutOfMemory, batch_shape, out_of_memory)
 from seqcore.training.feeds import Feed
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
-
-
-class TooManySkippedSteps(OneLineError, RuntimeError):
-    """Training produced non-finite gradients too many steps in a row."""
-
-
-class TrainingOutOfMemory(OneLineError, RuntimeError):
-    """A step ran out of (GPU or CPU) memory: the message names the micro-batch's shape and
-    the settings that shrink it."""
-
-
-def out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is an allocation failure: CUDA's OutOfMemoryError, or the CPU
-    allocator's RuntimeError."""
-    return isinstance(err, torch.OutOfMemoryError) or (
-        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
-
-
-def batch_shape(batch: Any) -> tuple[str, str]:
-    """A micro-batch's padded shape in words (pairs: sources and targets; lm: streams), and
-    the keys that bound its length."""
-    if hasattr(batch, "src"):
-        (b, s), (_, t) = batch.src.shape, batch.tf.labels.shape
-        return (f"{b} sources x {s} positions and {b} targets x {t} positions",
-                "sequence.max_src_len/max_tgt_len")
-    rows, cols = batch.labels.shape
-    return f"{rows} streams x {cols} positions", "train.bptt_len"
 
 
 @dataclass
@@ -202,7 +176,7 @@ class TrainLoop:
                 self.ckpt.save_ledger(0, first)
             return None
         c = found.checkpoint
-        check_world(c.world, self.world.size, self.device.type, found.path)
+        distributed.check_world(c.world, self.world.size, self.device.type, found.path)
         check_contract(*({k: v for k, v in contract.items() if k not in distributed.RUNTIME_KEYS}
                          for contract in (c.contract, self.contract)),
                        str(found.path))
@@ -438,17 +412,3 @@ class TrainLoop:
                 self.ckpt.save_best(best_state)
         return entry
 
-
-def check_world(stored: dict[str, Any], size: int, device_type: str, path: Any) -> None:
-    """One-line refusals (WorldMismatch) of a checkpoint written by ``stored``'s world for a
-    run of ``size`` processes on ``device_type``."""
-    if stored["size"] != size:
-        raise distributed.WorldMismatch(
-            f"{path} was written by {stored['size']} process(es) and this run has {size}; "
-            f"set train.nproc: {stored['size']} to resume it, or train.resume: fresh to "
-            "start over")
-    if stored["device_kind"] != device_type:
-        raise distributed.WorldMismatch(
-            f"{path} was trained on {stored['device_kind']} and this run is on {device_type} "
-            f"(their float results differ); set train.device to {stored['device_kind']} to "
-            "resume it, or train.resume: fresh to start over")

@@ -361,11 +361,13 @@ def test_only_amp_fp16_runs_an_enabled_grad_scaler(tmp_path: Path, amp: str) -> 
 
 
 # -- the optimiser params name -----------------------------------------------------------------
+@pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
 def test_adamw_decays_weights_apart_from_the_gradient_and_adam_adds_the_decay_to_it(
-        tmp_path: Path, optimizer: str) -> None:
+        tmp_path: Path, optimizer: str, kernel: str) -> None:
     lr, wd = 0.1, 0.5
-    loop = plain_loop(tmp_path, examples(4), optimizer=optimizer, weight_decay=wd)
+    loop = plain_loop(tmp_path, examples(4), optimizer=optimizer, weight_decay=wd,
+                      **KERNELS[kernel])
     params = list(loop.model.parameters())
     before = params_of(loop.model)
     for group in loop.opt.param_groups:
