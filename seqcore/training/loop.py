@@ -10,8 +10,9 @@ Order of one optimisation step (each rule has a test):
 
 Reading the device back (issue 53): a step leaves its loss and gradient norm on the device,
 and under the fused optimiser (``train.optimizer_kernel``; auto on CUDA) the skip of a
-non-finite step happens on the device too (the optimiser's ``found_inf``), so a GPU step
-waits for nothing and the host queues the next while the GPU computes. The run reads the
+non-finite step happens on the device too (the optimiser's ``found_inf``), so the loop
+itself reads nothing back inside a GPU step (the loss's masked selection of the labelled
+positions, ``seqcore.losses``, still does: a step whose counts are data-dependent). The run reads the
 figures back once per window (every step on CPU; ``log_every`` steps on a GPU, and at every
 evaluation, checkpoint, ledger state and the last step), then counts skips in step order as
 the unfused step does at once: the log and the weights are the same whatever the window.
@@ -232,7 +233,7 @@ class TrainLoop:
     def _step(self) -> _Pending:
         """One optimisation step, its loss and gradient norm left on the device (read by
         ``_settle``). Under the fused optimiser a non-finite step is skipped on the device too,
-        so the step reads nothing back (issue 53); the unfused one decides on the host."""
+        so the loop reads nothing back here (issue 53); the unfused one decides on the host."""
         s, cfg, feed = self.state, self.cfg, self.feed
         epoch = feed.epoch
         mrt = s.step >= cfg.max_steps  # the minimum-risk steps follow the likelihood ones
