@@ -29,6 +29,13 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "
                     "databricks")
 
 
+#: Why ``train.optimizer_kernel: fused`` cannot train under the portable CPU kernels: validate
+#: says it for ``train.device: cpu``, the optimiser for a device that resolved to the CPU.
+FUSED_ON_PORTABLE = ("is torch's CPU-specific fused Adam, which train.cpu_kernels: portable "
+                     "cannot pin; set train.cpu_kernels: native (or train.optimizer_kernel: "
+                     "auto)")
+
+
 def problems(cfg: Config) -> Iterator[Problem]:
     """The rules between keys, then the task's own (seqcore.tasks), in order: each problem
     when it is reached (the loader reports the first; each field is already of its type and
@@ -94,9 +101,7 @@ def problems(cfg: Config) -> Iterator[Problem]:
                       "train.cpu_kernels: portable cannot pin; set train.cpu_kernels: native "
                       "(or train.amp: none)")
     if tr.optimizer_kernel == "fused" and tr.device == "cpu" and tr.cpu_kernels == "portable":
-        yield Problem("train.optimizer_kernel", tr.optimizer_kernel, "is torch's CPU-specific "
-                      "fused Adam, which train.cpu_kernels: portable cannot pin; set "
-                      "train.cpu_kernels: native (or train.optimizer_kernel: auto)")
+        yield Problem("train.optimizer_kernel", tr.optimizer_kernel, FUSED_ON_PORTABLE)
     scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
         if "://" in cfg.mlflow.tracking_uri else ""
     if scheme not in TRACKING_SCHEMES:

@@ -27,20 +27,12 @@ from pipeline.stage import load_params  # noqa: E402
 from seqcore.artifacts.model_file import ModelFile  # noqa: E402
 from seqcore.artifacts.predictions import Predictions  # noqa: E402
 from seqcore.data.examples import read_examples  # noqa: E402
-from seqcore.decoding.rescore import pick  # noqa: E402
-from seqcore.decoding.tuning import decode_and_score  # noqa: E402
+from seqcore.decoding.tuning import own_and_rescored  # noqa: E402
 from seqcore.determinism import set_determinism  # noqa: E402
 from seqcore.metrics.bootstrap import Resampling  # noqa: E402
-from seqcore.metrics.comparison import paired_headline  # noqa: E402
-from seqcore.metrics.evaluation import row_stats  # noqa: E402
-from seqcore.metrics.scores import ErrorStats  # noqa: E402
+from seqcore.metrics.comparison import rate_changes  # noqa: E402
 from seqcore.tokenizer import load_tokenizers  # noqa: E402
 from seqcore.training.checkpoint import Checkpoint  # noqa: E402
-
-
-def figures(rows: list) -> tuple[float, float]:
-    s = sum(row_stats(rows), ErrorStats()).scores()
-    return 100 * s["word_error_rate"], 100 * s["token_error_rate"]
 
 
 def average(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -66,33 +58,25 @@ def main() -> None:
     base = {r.id: r for r in Predictions.load(Path(cfg.paths.baseline) / "dev.jsonl").rows}
     decode = dataclasses.replace(cfg.decode, split="dev")
 
-    def system(weights: dict[str, torch.Tensor]) -> tuple[list, list, float]:
+    def system(weights: dict[str, torch.Tensor]) -> tuple[list, list]:
         model.load_state_dict(weights)
         model.eval()
-        t0 = time.perf_counter()
-        rows, scored = decode_and_score(model, examples, decode, toks, base)
-        return rows, [pick(r, cs, decode.rescore_weight, toks.tgt)
-                      for r, cs in zip(rows, scored, strict=True)], time.perf_counter() - t0
+        return own_and_rescored(model, examples, decode, toks, base)
 
+    t0 = time.perf_counter()
     ref = system(dict(saved.weights))
-    print(f"model file (step {meta.selected_step}): alone WER/PER {figures(ref[0])}, rescored "
-          f"{figures(ref[1])}; dev decoded in {ref[2]:.0f} s")
+    print(f"dev decoded in {time.perf_counter() - t0:.0f} s; against the model file's weights "
+          f"(step {meta.selected_step}):\n")
     r = Resampling(1000, 12345, 0.95)
-    print("| average | alone WER | alone PER | rescored WER | rescored PER |\n|---|---|---|---|---|")
+    print("| average | alone WER | alone PER | rescored WER | rescored PER |\n"
+          "|---|---|---|---|---|")
     for first in args.first:
         paths = [p for p in sorted(Path(args.ledger).glob("ckpt-*.pt"))
                  if first <= int(p.stem.split("-")[1]) <= meta.selected_step]
         out = system(average([Checkpoint.load(p).weights for p in paths]))
-        cells = [f"| {len(paths)} states, {first}-{meta.selected_step}"]
-        for a, b in ((ref[0], out[0]), (ref[1], out[1])):
-            d = paired_headline(a, b, r, ("word_error_rate", "token_error_rate"))
-            for key, fa, fb in zip(("word_error_rate", "token_error_rate"), figures(a),
-                                   figures(b), strict=True):
-                x = d[key]
-                cells.append(f"{fa:.2f} → {fb:.2f} ({100 * x.delta:+.2f} [{100 * x.low:+.2f}, "
-                             f"{100 * x.high:+.2f}], p {x.p_bootstrap:.3f})")
-        print(" | ".join(cells) + " |", flush=True)
-
+        cells = [f"{len(paths)} states, {first}-{meta.selected_step}",
+                 *rate_changes(ref[0], out[0], r), *rate_changes(ref[1], out[1], r)]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -32,13 +32,10 @@ from seqcore.artifacts.reports import Results  # noqa: E402
 from seqcore.artifacts.tokenizer_contract import TokenizerContract  # noqa: E402
 from seqcore.config import load_config  # noqa: E402
 from seqcore.data.examples import read_encoded  # noqa: E402
-from seqcore.decoding.rescore import pick  # noqa: E402
-from seqcore.decoding.tuning import decode_and_score  # noqa: E402
+from seqcore.decoding.tuning import own_and_rescored  # noqa: E402
 from seqcore.determinism import set_determinism  # noqa: E402
 from seqcore.metrics.bootstrap import Resampling  # noqa: E402
-from seqcore.metrics.comparison import paired_headline  # noqa: E402
-from seqcore.metrics.evaluation import row_stats  # noqa: E402
-from seqcore.metrics.scores import ErrorStats  # noqa: E402
+from seqcore.metrics.comparison import rate_changes  # noqa: E402
 from seqcore.tokenizer import load_tokenizers  # noqa: E402
 from seqcore.training.checkpoint import CheckpointDir  # noqa: E402
 from seqcore.training.loop import TrainLoop  # noqa: E402
@@ -55,20 +52,6 @@ def overridden(cfg, pairs: list[str], mrt_steps: int):  # noqa: ANN001, ANN201 (
         train = dataclasses.replace(train, **{name: (value.lower() == "true") if kind is bool
                                               else kind(value)})
     return dataclasses.replace(cfg, train=train)
-
-
-def system(model, examples, cfg, toks, base):  # noqa: ANN001, ANN201
-    """(the model's own dev rows, the rescored system's rows)."""
-    model.eval()
-    rows, scored = decode_and_score(model, examples, cfg.decode, toks, base)
-    rescored = [pick(r, cs, cfg.decode.rescore_weight, toks.tgt)
-                for r, cs in zip(rows, scored, strict=True)]
-    return rows, rescored
-
-
-def figures(rows: list) -> tuple[float, float]:
-    s = sum(row_stats(rows), ErrorStats()).scores()
-    return 100 * s["word_error_rate"], 100 * s["token_error_rate"]
 
 
 def main() -> None:
@@ -99,7 +82,8 @@ def main() -> None:
         loop = TrainLoop(setup.model, cfg.train, setup.feed, CheckpointDir(Path(tmp), 2),
                          found.checkpoint.contract, setup.d_model)
         loop.resume()
-        before = system(setup.model, data[1], cfg, toks, base)
+        setup.model.eval()
+        before = own_and_rescored(setup.model, data[1], cfg.decode, toks, base)
         print(f"MLE decoded ({time.perf_counter() - t0:.0f} s); MRT for {args.mrt_steps} steps",
               file=sys.stderr)
         setup.model.train()
@@ -107,25 +91,19 @@ def main() -> None:
         state = loop.run(lambda e, tps: print(f"  step {e.step} risk {e.loss:.4f}",
                                               file=sys.stderr) if e.step % 50 == 0 else None)
         mrt_s = time.perf_counter() - t1
-    after = system(setup.model, data[1], cfg, toks, base)
+    setup.model.eval()
+    after = own_and_rescored(setup.model, data[1], cfg.decode, toks, base)
     r = Resampling(1000, 12345, 0.95)
     tr = cfg.train
     print(f"dev, {len(before[0])} rows; MRT {args.mrt_steps} steps in {mrt_s:.0f} s (N "
           f"{tr.mrt_candidates} {tr.mrt_search}, reference {tr.mrt_reference}, risk "
           f"{tr.mrt_risk}, alpha {tr.mrt_alpha:g}, lr {tr.mrt_lr:g}); last dev-sample WER "
           f"{100 * state.history[-1].dev_wer:.1f} %\n")
-    print("| system | WER MLE | WER MLE+MRT | difference [95 %], p | PER MLE | PER MLE+MRT "
-          "| difference [95 %], p |\n|---|---|---|---|---|---|---|")
+    print("| system | WER MLE → MLE+MRT (difference [95 %], p) | PER MLE → MLE+MRT |\n"
+          "|---|---|---|")
     for label, a, b in (("model alone", before[0], after[0]),
                         ("rescored", before[1], after[1])):
-        d = paired_headline(a, b, r, ("word_error_rate", "token_error_rate"))
-        cells = []
-        for key, (fa, fb) in zip(("word_error_rate", "token_error_rate"),
-                                 zip(figures(a), figures(b), strict=True)):
-            x = d[key]
-            cells.append(f"{fa:.2f} | {fb:.2f} | {100 * x.delta:+.2f} [{100 * x.low:+.2f}, "
-                         f"{100 * x.high:+.2f}], {x.p_bootstrap:.3f}")
-        print(f"| {label} | " + " | ".join(cells) + " |")
+        print(f"| {label} | " + " | ".join(rate_changes(a, b, r)) + " |")
 
 
 if __name__ == "__main__":

@@ -131,6 +131,15 @@ def decode_and_score(model: torch.nn.Module, examples: list, decode: DecodeConfi
     return rows, scored
 
 
+def own_and_rescored(model: torch.nn.Module, examples: list, decode: DecodeConfig, toks: Any,
+                     base: dict) -> tuple[list, list]:
+    """The model's own rows of ``examples`` and the system's that rescores ``base`` (the
+    baseline's n-best rows by id) at ``decode.rescore_weight``."""
+    rows, scored = decode_and_score(model, examples, decode, toks, base)
+    return rows, [pick(r, cs, decode.rescore_weight, toks.tgt)
+                  for r, cs in zip(rows, scored, strict=True)]
+
+
 def tune(cfg: Config, beams: list[int], alphas: list[float],
          weights: list[float]) -> tuple[list[Scored], int]:
     """Every setting of the grid scored on dev, in grid order, and the dev row count."""

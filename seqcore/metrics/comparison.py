@@ -104,6 +104,14 @@ def paired_headline(a: list[PredictionRow], b: list[PredictionRow], r: Resamplin
                   group_sums(row_matrix(stats_b), groups), r, list(names))
 
 
+def rate_changes(a: list[PredictionRow], b: list[PredictionRow], r: Resampling) -> list[str]:
+    """WER and PER (first reference) of A -> B in percent, each with B - A's paired interval
+    and bootstrap p-value: one table cell each (the dev comparisons of tools/)."""
+    return [f"{100 * x.a:.2f} → {100 * x.b:.2f} ({100 * x.delta:+.2f} [{100 * x.low:+.2f}, "
+            f"{100 * x.high:+.2f}], p {x.p_bootstrap:.3f})"
+            for x in paired_headline(a, b, r, ("word_error_rate", "token_error_rate")).values()]
+
+
 def compare_rows(a: list[PredictionRow], b: list[PredictionRow], spec: EvalSpec,
                  r: Resampling, examples: int = 10) -> dict[str, Any]:
     """The comparison of B against A (differences are B - A).

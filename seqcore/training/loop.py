@@ -12,7 +12,7 @@ Reading the device back (issue 53): a step leaves its loss and gradient norm on 
 and under the fused optimiser (``train.optimizer_kernel``; auto on CUDA) the skip of a
 non-finite step happens on the device too (the optimiser's ``found_inf``), so the loop
 itself reads nothing back inside a GPU step (the loss's masked selection of the labelled
-positions, ``seqcore.losses``, still does: a step whose counts are data-dependent). The run reads the
+positions, ``seqcore.losses``, still does: its size is data-dependent). The run reads the
 figures back once per window (every step on CPU; ``log_every`` steps on a GPU, and at every
 evaluation, checkpoint, ledger state and the last step), then counts skips in step order as
 the unfused step does at once: the log and the weights are the same whatever the window.
@@ -361,18 +361,24 @@ class TrainLoop:
     def _reads_back(self, step: int) -> bool:
         """Whether the run reads the device after ``step``: at the end of a ``sync_every``
         window, and wherever the figures are needed (an evaluation, a checkpoint or ledger
-        state, the last step)."""
-        cfg = self.cfg
-        return (step % self.sync_every == 0 or step % cfg.eval_every == 0
-                or step % cfg.checkpoint_every == 0 or step == cfg.total_steps
-                or is_ledger_step(step, cfg.total_steps, cfg.ledger_every))
+        state; the last step is all three)."""
+        return step % self.sync_every == 0 or self._evaluates(step) or any(self._saves(step))
+
+    def _evaluates(self, step: int) -> bool:
+        """Dev is evaluated every ``eval_every`` steps and at the last."""
+        return step % self.cfg.eval_every == 0 or step == self.cfg.total_steps
+
+    def _saves(self, step: int) -> tuple[bool, bool]:
+        """Whether ``step`` writes a numbered checkpoint (every ``checkpoint_every`` steps) and
+        a ledger state (every ``ledger_every`` steps; 0: none between the first and the
+        last); the last step writes both."""
+        last = step == self.cfg.total_steps
+        return (step % self.cfg.checkpoint_every == 0 or last,
+                is_ledger_step(step, self.cfg.total_steps, self.cfg.ledger_every))
 
     def _save(self, step: int) -> None:
-        """The checkpoint of every ``checkpoint_every`` steps and the ledger state of every
-        ``ledger_every`` steps (0: none between the first and the last), and both at the last."""
-        last = step == self.cfg.total_steps
-        numbered = step % self.cfg.checkpoint_every == 0 or last
-        ledger = is_ledger_step(step, self.cfg.total_steps, self.cfg.ledger_every)
+        """The checkpoint and ledger state ``_saves`` names for ``step``."""
+        numbered, ledger = self._saves(step)
         if not (numbered or ledger):
             return
         state = self.checkpoint()  # gathers every rank's state: a barrier
@@ -387,7 +393,7 @@ class TrainLoop:
         match: seqcore.training.dev_decode) on an evaluation step, and a new best checkpoint
         when ``train.select`` names a figure that improved."""
         s = self.state
-        if s.step % self.cfg.eval_every and s.step != self.cfg.total_steps:
+        if not self._evaluates(entry.step):  # not s.step: a read-back window holds several
             return entry
         total, count = self.feed.dev_nll(self.model)
         if count == 0:
@@ -406,7 +412,7 @@ class TrainLoop:
         key, best = selection_key(entry, self.cfg.select), best_row(s.history, self.cfg.select)
         improved = key is not None and (best is None or key < selection_key(best, self.cfg.select))
         if entry.dev_nll < s.best_dev:
-            s.best_dev, s.best_step = entry.dev_nll, s.step
+            s.best_dev, s.best_step = entry.dev_nll, entry.step
         if improved:
             best_state = self.checkpoint()
             if self.world.main:

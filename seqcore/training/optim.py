@@ -19,6 +19,9 @@ from collections.abc import Iterable
 
 import torch
 
+from seqcore.config_rules import FUSED_ON_PORTABLE
+from seqcore.errors import OneLineError
+
 
 def ieee_sqrt(x: torch.Tensor) -> torch.Tensor:
     """The correctly rounded square root of float32 ``x`` (any shape), the same bytes on every
@@ -76,10 +79,8 @@ def build_optimizer(params: Iterable[torch.Tensor], optimizer: str, betas: tuple
     resolved by ``TrainConfig.optimizer_kernel_on``)."""
     decoupled = optimizer == "adamw"
     if portable:
-        if kernel == "fused":
-            raise ValueError("train.optimizer_kernel = 'fused': torch's fused kernel is "
-                             "CPU-specific, which train.cpu_kernels: portable cannot pin; set "
-                             "train.cpu_kernels: native (or train.optimizer_kernel: auto)")
+        if kernel == "fused":  # train.device: auto that resolved to the CPU (one line)
+            raise OneLineError(f"train.optimizer_kernel = 'fused': {FUSED_ON_PORTABLE}")
         return PortableAdam(params, 0.0, betas, eps, weight_decay, decoupled)
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
     return cls(params, lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay,

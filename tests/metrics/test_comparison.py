@@ -11,7 +11,8 @@ import pytest
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.bootstrap import METRICS, Resampling
 from seqcore.metrics.comparison import (
-    FAILURE_RATES, NotComparable, _rate, check_same_rows, compare_rows, paired_headline)
+    FAILURE_RATES, NotComparable, _rate, check_same_rows, compare_rows, paired_headline,
+    rate_changes)
 from seqcore.metrics.evaluation import EvalSpec
 from seqcore.metrics.failures import KINDS, FailureRules
 from seqcore.metrics.scores import ErrorStats
@@ -28,6 +29,17 @@ def three_words() -> tuple[list[PredictionRow], list[PredictionRow]]:
     b = [row("3", "K AE T", "K AE T", "cat"), row("2", "AY DH ER", "AY DH ER", "either"),
          row("1", "IY DH ER", "IY DH ER", "either")]
     return a, b
+
+
+def test_rate_changes_are_the_paired_wer_and_per_in_percent_a_to_b() -> None:
+    a, b = three_words()
+    r = Resampling(200, 1, 0.95)
+    wer, per = paired_headline(a, b, r, ("word_error_rate", "token_error_rate")).values()
+    assert rate_changes(a, b, r) == [
+        f"66.67 → 0.00 (-66.67 [{100 * wer.low:+.2f}, {100 * wer.high:+.2f}], "
+        f"p {wer.p_bootstrap:.3f})",
+        f"22.22 → 0.00 (-22.22 [{100 * per.low:+.2f}, {100 * per.high:+.2f}], "
+        f"p {per.p_bootstrap:.3f})"]
 
 
 def test_the_paired_headline_is_b_minus_a_of_each_metric_of_the_rows_by_hand() -> None:

@@ -25,7 +25,8 @@ import seqcore.training.loop as loop_module
 from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
 from seqcore.artifacts.train_log import DECODE_COLUMNS
 from seqcore.config import (
-    DecodeConfig, ModelConfig, SequenceConfig, TrainConfig, TransformerConfig, load_config)
+    Config, DecodeConfig, ModelConfig, SequenceConfig, TrainConfig, TransformerConfig, load_config,
+    problem_line)
 from seqcore.contract import IGNORE_INDEX, SpecialIds, pad_batch
 from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
@@ -33,6 +34,7 @@ from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.greedy import greedy
 from seqcore.decoding.predictions import decode_examples
 from seqcore.determinism import resolve_device, set_determinism
+from seqcore.config_rules import problems
 from seqcore.errors import OneLineError
 from seqcore.ledger import first_difference
 from seqcore.losses import LossNorm, sequence_loss
@@ -45,6 +47,7 @@ from seqcore.training.dev_decode import best_row
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
 from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, autocast_context
+from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import (
@@ -161,6 +164,16 @@ def test_a_step_out_of_memory_names_the_micro_batch_shape_and_the_settings_to_lo
     assert isinstance(stopped.value, OneLineError)  # a stage prints it alone, exit status 1
 
 
+def test_fused_adam_under_portable_kernels_is_refused_in_the_line_validate_writes() -> None:
+    # train.device: auto that resolved to the CPU gets past validate's rule (device: cpu)
+    with pytest.raises(OneLineError) as refused:
+        build_optimizer([nn.Parameter(torch.zeros(2))], "adam", (0.9, 0.98), 1e-9, 0.0,
+                        portable=True, kernel="fused")
+    assert str(refused.value) == next(
+        problem_line(p) for p in problems(Config(train=TrainConfig(optimizer_kernel="fused")))
+        if p.key == "train.optimizer_kernel")
+
+
 def poisoned(loop: TrainLoop, steps: set[int]) -> TrainLoop:
     """``loop`` with a NaN loss (so NaN gradients, a skipped step) at the 1-based ``steps``."""
     loss = loop.feed.loss
@@ -179,15 +192,18 @@ def test_reading_the_device_back_once_a_window_gives_the_per_step_log_and_weight
         tmp_path: Path, kernel: str) -> None:
     # issue 53: on a GPU the run reads loss, gradient norm and skips back once per log_every
     # steps; whatever the window, the log (skips counted at their own steps) and the weights
-    # are the per-step run's, and the checkpoints hold the settled counts
+    # are the per-step run's, and the checkpoints hold the settled counts; dev is evaluated
+    # at steps 4 and 8 only, though step 7 shares the last window
     runs = {}
     for window in (1, 3):
-        loop = poisoned(plain_loop(tmp_path / str(window), examples(12), max_steps=8,
-                                   eval_every=4, checkpoint_every=5, **KERNELS[kernel]), {2, 3})
+        loop = poisoned(plain_loop(tmp_path / str(window), examples(12), examples(4, seed=9),
+                                   max_steps=8, eval_every=4, checkpoint_every=5,
+                                   **KERNELS[kernel]), {2, 3})
         loop.sync_every = window
         finish(loop)
         runs[window] = loop
     assert [e.skipped for e in runs[1].state.history] == [0, 1, 2, 2, 2, 2, 2, 2]
+    assert [e.step for e in runs[1].state.history if not math.isnan(e.dev_nll)] == [4, 8]
     assert log_text(runs[3]) == log_text(runs[1])
     assert all(torch.equal(a, b) for a, b in zip(params_of(runs[3].model),
                                                  params_of(runs[1].model), strict=True))
