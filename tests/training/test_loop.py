@@ -11,6 +11,7 @@ import re
 import sys
 import typing
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -143,17 +144,22 @@ def test_non_finite_gradient_skips_the_step_counts_it_and_stops_after_the_limit(
         tr.train_step()
 
 
+def with_loss(loop: TrainLoop, edit: Callable[[Any, int], Any]) -> TrainLoop:
+    """``loop`` whose feed's loss goes through ``edit(loss, the 1-based step)``."""
+    loss = loop.feed.loss
+
+    def edited(model: nn.Module, batch: Batch, ss_prob: float, gen: torch.Generator) -> Any:
+        return edit(loss(model, batch, ss_prob, gen), loop.state.step + 1)
+
+    loop.feed.loss = edited  # type: ignore[method-assign]
+    return loop
+
+
 def test_a_step_out_of_memory_names_the_micro_batch_shape_and_the_settings_to_lower(
         tmp_path: Path) -> None:
     # issue 53: the CPU allocator's own failure (a real one: an allocation it refuses)
-    loop = plain_loop(tmp_path, examples(8), batch_size=4, accum_steps=2)
-    loss = loop.feed.loss
-
-    def too_big(model: nn.Module, batch: Batch, ss_prob: float, gen: torch.Generator) -> Any:
-        torch.empty(2**50)  # 4 PiB
-        return loss(model, batch, ss_prob, gen)
-
-    loop.feed.loss = too_big  # type: ignore[method-assign]
+    loop = with_loss(plain_loop(tmp_path, examples(8), batch_size=4, accum_steps=2),
+                     lambda out, step: torch.empty(2**50))  # 4 PiB
     with pytest.raises(loop_module.TrainingOutOfMemory) as stopped:
         loop.train_step()
     assert re.fullmatch(
@@ -176,15 +182,8 @@ def test_fused_adam_under_portable_kernels_is_refused_in_the_line_validate_write
 
 def poisoned(loop: TrainLoop, steps: set[int]) -> TrainLoop:
     """``loop`` with a NaN loss (so NaN gradients, a skipped step) at the 1-based ``steps``."""
-    loss = loop.feed.loss
-
-    def nan_at(model: nn.Module, batch: Batch, ss_prob: float, gen: torch.Generator) -> Any:
-        out = loss(model, batch, ss_prob, gen)
-        bad = loop.state.step + 1 in steps
-        return dataclasses.replace(out, total=out.total * math.nan) if bad else out
-
-    loop.feed.loss = nan_at  # type: ignore[method-assign]
-    return loop
+    return with_loss(loop, lambda out, step: dataclasses.replace(
+        out, total=out.total * math.nan) if step in steps else out)
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
