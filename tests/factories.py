@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.artifacts.tokenizer_contract import (
@@ -304,3 +305,26 @@ def evaluated_failures(rows: list[PredictionRow], cfg: Config, tmp_path: Path) -
     flagged = {k: [e["id"] for e in ev.failures[k]["examples"]] for k in
                ("empty", "truncated", "repeated", "illegal")}
     return {"metrics": prediction_metrics(ev)["failures"], "ids": flagged}
+
+
+class ReadBacks(TorchDispatchMode):
+    """Records, by op name, every op that reads a tensor's value back to the host: a scalar
+    read (``item``, ``int``, ``float``, ``bool``) or a shape that depends on the values
+    (``nonzero``, ``masked_select``, boolean indexing). On a GPU each one waits until the
+    stream has caught up (issue 53); a CPU run makes the same calls, so it finds them."""
+
+    SCALAR_READS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal",
+                    "aten::nonzero", "aten::masked_select"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        name = func._schema.name
+        by_mask = name in {"aten::index", "aten::index_put", "aten::index_put_"} and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ())
+        if name in self.SCALAR_READS or by_mask:
+            self.found.append(name + (" (boolean mask)" if by_mask else ""))
+        return func(*args, **(kwargs or {}))

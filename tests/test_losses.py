@@ -1,5 +1,6 @@
 """Loss rules: PAD in neither numerator nor denominator and standard label smoothing with no
-mass on PAD/BOS (7); explicit normalisation and exact gradient accumulation (8)."""
+mass on PAD/BOS (7); explicit normalisation and exact gradient accumulation (8); nothing read
+back from the device, with the selecting form's gradients to the bit (issue 53)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ import torch
 from torch.nn import functional
 
 from seqcore.contract import IGNORE_INDEX, SpecialIds
-from seqcore.losses import sequence_loss
+from seqcore.losses import labelled_nll, sequence_loss
 from seqcore.sequences import make_batch
 from tests.factories import examples as toy_examples, tiny_model
 
@@ -114,3 +115,55 @@ def test_a_row_without_labels_counts_in_no_sequence_mean() -> None:
     out = sequence_loss(logits, labels, "sequence-mean", 0.0, ())
     assert out.sequences == 1 and out.tokens == 2
     assert out.total.item() == pytest.approx(math.log(4))
+
+
+def selecting_loss(logits: torch.Tensor, labels: torch.Tensor, norm: str, smoothing: float,
+                   excluded: tuple[int, ...]) -> torch.Tensor:
+    """The loss as it was computed before issue 53: the labelled positions selected first
+    (labelled_nll), which needs their number on the host."""
+    valid, row, logp, nll = labelled_nll(logits, labels)  # (B, T), (N,), (N, V), (N,)
+    allowed = torch.ones(logits.shape[-1], dtype=torch.bool)
+    allowed[list(excluded)] = False
+    token = (1 - smoothing) * nll - smoothing * (logp * allowed).sum(-1) / allowed.sum() \
+        if smoothing > 0 else nll
+    if norm != "sequence-mean":
+        return token.sum()
+    per_seq, count = token.new_zeros(len(labels)).index_add(0, row, token), valid.sum(1)
+    return (per_seq[count > 0] / count[count > 0]).sum()
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+@pytest.mark.parametrize("norm", ("token-mean", "sequence-mean", "sum"))
+@pytest.mark.parametrize("smoothing", (0.0, 0.1))
+def test_the_loss_gives_the_selecting_forms_gradients_to_the_bit(
+        norm: str, smoothing: float, dtype: torch.dtype, ids: SpecialIds) -> None:
+    # every position is computed and the unlabelled ones zeroed (no read-back); the gradient
+    # of each logit is the same bits as selecting first, the sums round alike to 1e-6
+    examples = toy_examples(24, seed=3, high=12, shift=0, lengths=(1, 9), reverse=False)
+    b = make_batch(examples, ids)
+    base = tiny_model("transformer")(b.src, b.src_mask, b.tf.inputs).detach().to(dtype)
+    got, want = (base.clone().requires_grad_(True) for _ in range(2))
+    out = sequence_loss(got, b.tf.labels, norm, smoothing, (ids.pad, ids.bos))
+    reference = selecting_loss(want, b.tf.labels, norm, smoothing, (ids.pad, ids.bos))
+    (out.total / 37).backward()
+    (reference / 37).backward()
+    assert (b.tf.labels == IGNORE_INDEX).any()  # there are unlabelled positions to zero
+    assert torch.equal(got.grad, want.grad)
+    assert out.total.item() == pytest.approx(reference.item(), rel=1e-6)
+    assert out.nll.item() == pytest.approx(float(labelled_nll(want.detach(), b.tf.labels)[3].sum()),
+                                           rel=1e-6)
+
+
+def test_nan_and_inf_in_unlabelled_positions_reach_neither_the_sums_nor_the_gradient() -> None:
+    logits = torch.log(torch.tensor(P)).expand(2, 3, 6).clone()
+    logits[0, 2], logits[1, 1:] = math.nan, math.inf  # the positions without a label
+    logits.requires_grad_(True)
+    labels = torch.tensor([[4, EOS, IGNORE_INDEX], [EOS, IGNORE_INDEX, IGNORE_INDEX]])
+    for norm in ("token-mean", "sequence-mean"):
+        out = sequence_loss(logits, labels, norm, EPS, (PAD, BOS))
+        assert math.isfinite(out.total.item()) and math.isfinite(out.nll.item()), norm
+        assert out.nll.item() == pytest.approx(-math.log(0.40) - 2 * math.log(0.20), rel=1e-6)
+        logits.grad = None
+        out.total.backward()
+        assert logits.grad.isfinite().all(), norm
+        assert (logits.grad[0, 2] == 0).all() and (logits.grad[1, 1:] == 0).all(), norm

@@ -232,9 +232,10 @@ class Transformer(EncoderDecoder):
         return self.shape.max_len
 
     def _embed(self, table: nn.Embedding, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+        last = offset + tokens.shape[1] - 1  # known on the host: nothing read back
+        if tokens.shape[1] and last >= self.shape.max_len:
+            raise ValueError(f"position {last} >= max_len {self.shape.max_len}")
         positions = torch.arange(offset, offset + tokens.shape[1], device=tokens.device)
-        if positions.numel() and int(positions[-1]) >= self.shape.max_len:
-            raise ValueError(f"position {int(positions[-1])} >= max_len {self.shape.max_len}")
         pos = self.pos(positions) if self.pos is not None else sinusoidal_positions(
             positions, self.shape.d_model)
         return self.drop(table(tokens) * math.sqrt(self.shape.d_model) + pos[None])

@@ -142,4 +142,5 @@ def mrt_loss(model: EncoderDecoder, batch: Batch, ids: SpecialIds, n: int, searc
     risks = torch.tensor([risk(tokens, ref, kind) for cands, ref in zip(sets, refs)
                           for tokens, _ in cands], device=logp.device)
     total = expected_risk(logp, risks, [len(c) for c in sets], alpha)
-    return LossSum(total, -logp.detach().sum(), int(sum(len(c) for c in sets)), len(refs))
+    return LossSum(total, -logp.detach().sum(),
+                   torch.tensor([sum(len(c) for c in sets), len(refs)]))

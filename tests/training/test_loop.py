@@ -52,7 +52,7 @@ from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import (
-    IDS, REPO, S2S_SEED, dropout_modes, eval_nll, examples, kill_after, s2s_loop,
+    IDS, REPO, S2S_SEED, ReadBacks, dropout_modes, eval_nll, examples, kill_after, s2s_loop,
     smoothed_token_losses, tiny_config, tiny_model)
 
 NOLS = SequenceConfig(label_smoothing=0.0)
@@ -218,6 +218,23 @@ def test_a_window_stops_at_the_step_where_the_skips_in_a_row_reached_the_limit(
     with pytest.raises(TooManySkippedSteps, match="2 non-finite gradient steps in a row at "
                                                   "step 3 "):
         finish(loop)
+
+
+def test_a_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
+        tmp_path: Path) -> None:
+    # issue 53: what a GPU step would wait on, found on the CPU by the same calls: nothing in
+    # the loss (label smoothing on), the model, the clip or the optimiser; the batch is
+    # counted on the host, as its move to a GPU counts it
+    loop = plain_loop(tmp_path, examples(12), seq=SequenceConfig(label_smoothing=0.1),
+                      **KERNELS["fused"])
+    loop.train_step()  # Adam's state is created at its first step
+    batch = loop.feed.draw()
+    batch = dataclasses.replace(batch, counted=(batch.tokens, batch.targets))
+    loop.feed.draw = lambda: batch  # type: ignore[method-assign]
+    with ReadBacks() as reads:
+        pending = loop._step()
+    assert reads.found == []
+    assert loop._settle([pending])[0].step == 2  # and what it left on the device reads back
 
 
 # -- accumulation and clipping -----------------------------------------------------------------
@@ -998,6 +1015,22 @@ def test_a_gpu_run_steps_with_the_fused_optimizer_and_one_read_back_a_window(
     assert log_text(runs[0]) == log_text(runs[1])
     assert all(torch.equal(a, b) for a, b in zip(runs[0].model.parameters(),
                                                  runs[1].model.parameters()))
+
+
+@pytest.mark.cuda
+@NEEDS_GPU
+@pytest.mark.parametrize("amp", ("none", "bf16"))
+def test_a_gpu_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path, amp: str) -> None:
+    # issue 53: CUDA's own sync check, the GPU twin of the CPU's ReadBacks test: any copy
+    # back to the host or stream wait inside a step raises
+    run = cuda_loop(tmp_path, amp)
+    run.train_step()  # Adam's state is created at its first step
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = [run._step() for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [e.step for e in run._settle(pending)] == [2, 3, 4]
 
 
 class IdentityTok:

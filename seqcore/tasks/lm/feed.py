@@ -25,9 +25,11 @@ from seqcore.training.distributed import World
 
 
 def segment_rows(seg: Segment, rows: slice, device: torch.device) -> Segment:
-    """Some slots of a segment, on ``device``: inputs/labels (B', K), reset (B',)."""
-    return Segment(seg.inputs[rows].to(device), seg.labels[rows].to(device),
-                   seg.reset[rows].to(device))
+    """Some slots of a segment, on ``device``: inputs/labels (B', K), reset (B',), their
+    labelled positions counted on the host first (so the step reads nothing back)."""
+    labels = seg.labels[rows]
+    return Segment(seg.inputs[rows].to(device), labels.to(device), seg.reset[rows].to(device),
+                   int((labels >= 0).sum()))
 
 
 def segment_loss(
@@ -92,8 +94,8 @@ def stream_nll(
         if not carry:
             seg = Segment(seg.inputs, seg.labels, torch.ones_like(seg.reset))
         logits, new = segment_forward(model, seg, state)  # (B, K, V)
-        # one log-softmax: its sum is sequence_loss's NLL (the total as it always was), its
-        # rows each document's share (accumulated in float64)
+        # one log-softmax: its sum is the total as it always was (sequence_loss's NLL but for
+        # the order of summing), its rows each document's share (accumulated in float64)
         _, row, _, nll = labelled_nll(logits, seg.labels)
         total += float(nll.sum())
         count += nll.numel()
@@ -148,7 +150,7 @@ class LMFeed:
         return self.tokens(batch)
 
     def tokens(self, batch: Segment) -> int:
-        return int((batch.labels >= 0).sum())
+        return batch.labelled if batch.labelled is not None else int((batch.labels >= 0).sum())
 
     def loss(self, model: torch.nn.Module, batch: Segment, ss_prob: float,
              gen: torch.Generator) -> LossSum:

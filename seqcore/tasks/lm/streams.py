@@ -4,7 +4,7 @@ segments of K positions, with a state of three integers per slot that a checkpoi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,11 +30,14 @@ class Segment:
         labels: (B, K) the next token, IGNORE_INDEX where there is none.
         reset: (B,) bool, True where the slot starts a new document in this segment: its
             carried state must be zeroed before the segment.
+        labelled: the number of labelled positions, where counted on the host before a move
+            (seqcore.tasks.lm.feed.segment_rows); None: count ``labels``.
     """
 
     inputs: torch.Tensor
     labels: torch.Tensor
     reset: torch.Tensor
+    labelled: int | None = field(default=None, compare=False)
 
 
 class StreamBatcher:
