@@ -34,10 +34,6 @@ relock: $(STAMP)
 
 # A pytest worker per core, each test single-threaded; a file's tests share a worker, so its
 # module fixtures are built once (docs/testing.md).
-# Byte code is written (the suite's workers and its stage and tool subprocesses import the
-# same modules hundreds of times), even where the shell sets PYTHONDONTWRITEBYTECODE:
-# __pycache__/ is ignored by git and DVC alike.
-test test-fast: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	python -m pytest -q -n auto --dist loadfile --durations=30
 
