@@ -162,10 +162,11 @@ def all_reduce_gradients(world: World, params: list[nn.Parameter]) -> None:
     has = torch.tensor([float(p.grad is not None) for p in params], device=ref.device)
     flat = torch.cat([*parts, has])  # (sum of numels + P,)
     dist.all_reduce(flat)
+    present = flat[-len(params):].tolist()  # one read-back for all P flags, not one each
     offset = 0
-    for i, p in enumerate(params):
+    for p, ranks_with_grad in zip(params, present, strict=True):
         n = p.numel()
-        if flat[-len(params) + i] > 0:
+        if ranks_with_grad > 0:
             p.grad = flat[offset : offset + n].view_as(p).to(p.dtype).clone()
         offset += n
 
