@@ -8,8 +8,11 @@ from typing import Any
 
 from seqcore.errors import OneLineError, unreadable
 
-#: The version a file written before its format carried one is read as (its bytes are kept:
-#: adding the field would change every committed output).
+#: The first version of a format that carried no version field: a file without the field is
+#: read as it. The manifests, predictions headers, results.json and the MLflow pending file
+#: write it since 2026-12-05; the files DVC reads as metrics (coverage, train_metrics,
+#: metrics, headline) and the training log do not: `dvc metrics show` and `dvc exp show`
+#: would list the field beside the figures, and a CSV has no place for it.
 UNVERSIONED = 1
 
 

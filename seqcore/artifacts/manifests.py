@@ -76,9 +76,9 @@ class PreparedManifest:
     counts: PrepareCounts
 
     def save(self, path: str | Path) -> None:
-        write_json(path, {"raw": asdict(self.raw), "settings": self.settings,
-                          "sha256": self.sha256, "rejects_file": self.rejects_file,
-                          **asdict(self.counts)})
+        write_json(path, {"schema_version": self.SCHEMA_VERSION, "raw": asdict(self.raw),
+                          "settings": self.settings, "sha256": self.sha256,
+                          "rejects_file": self.rejects_file, **asdict(self.counts)})
 
     @classmethod
     def load(cls, path: str | Path) -> PreparedManifest:
@@ -121,7 +121,7 @@ class EncodedManifest:
     overlong: str
 
     def save(self, path: str | Path) -> None:
-        write_json(path, asdict(self))
+        write_json(path, {"schema_version": self.SCHEMA_VERSION, **asdict(self)})
 
     @classmethod
     def load(cls, path: str | Path) -> EncodedManifest:

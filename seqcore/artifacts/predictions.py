@@ -99,7 +99,7 @@ class PredictionsHeader:
         trained_on: where the model was trained (device_kind, nproc, backend; issue 16).
     """
 
-    #: Headers carry no version field (bytes kept); a missing one reads as version 1.
+    #: Written since 2026-12-05; a header without the field reads as version 1.
     SCHEMA_VERSION: ClassVar[int] = UNVERSIONED
 
     decode: DecodeSettings
@@ -121,8 +121,8 @@ class PredictionsHeader:
 
     def save(self, predictions: str | Path) -> None:
         """Write the header of the predictions file ``predictions``."""
-        write_json(header_path(predictions),
-                   {k: v for k, v in asdict(self).items() if v is not None})
+        write_json(header_path(predictions), {"schema_version": self.SCHEMA_VERSION} | {
+            k: v for k, v in asdict(self).items() if v is not None})
 
     @classmethod
     def load(cls, predictions: str | Path) -> PredictionsHeader:

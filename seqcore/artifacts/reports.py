@@ -62,7 +62,7 @@ class Results:
         return self.texts["checkpoints"]
 
     def save(self, path: str | Path) -> None:
-        write_json(path, self.texts)
+        write_json(path, {"schema_version": self.SCHEMA_VERSION} | self.texts)
 
     @classmethod
     def load(cls, path: str | Path) -> Results:

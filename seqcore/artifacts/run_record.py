@@ -61,7 +61,8 @@ class RunRecord:
         """Write the pending file: the records as one JSON list."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([r.as_json() for r in records], indent=1, sort_keys=True,
+        path.write_text(json.dumps([{"schema_version": cls.SCHEMA_VERSION} | r.as_json()
+                                    for r in records], indent=1, sort_keys=True,
                                    allow_nan=False) + "\n", encoding="utf-8")
 
     @classmethod
