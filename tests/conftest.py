@@ -24,28 +24,6 @@ from tests.pipeline_helpers import AUDIT_SAMPLE, TINY_PARAMS, copy_repo, merge, 
 from tests.servers import Team, team_stack
 
 
-#: The heaviest test files, heaviest first (whole-file seconds in `make test`'s durations on
-#: 2 cores), as paths relative to tests/ (issue 50 files the tests by module, see
-#: docs/test-map.md). `--dist loadfile` hands each file to whichever worker is free, in
-#: collection order; started first, the longest files leave only short ones for the end and
-#: both workers finish together (longest job first). Order only: an unlisted file runs after
-#: these, in pytest's order; tests/test_suite_order.py checks every path here is a test file.
-HEAVY_FIRST = (
-    "mlflow/test_team.py", "audit/test_forgery.py", "stages/test_staleness.py",
-    "audit/test_audit.py", "mlflow/test_experiments.py", "training/test_distributed.py",
-    "stages/test_params_live.py", "mlflow/test_registry.py", "stages/test_pipeline_e2e.py",
-    "stages/test_lm_e2e.py", "stages/test_own_data_e2e.py", "stages/test_resume_stage.py",
-    "stages/test_byte_identical.py", "training/test_resume.py",
-    "baselines/test_phonetisaurus.py", "audit/test_run.py", "stages/test_lm_pipeline.py",
-    "stages/test_declared_reads.py", "data/test_splits.py", "mlflow/test_tracking.py")
-TESTS = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.relative_to(TESTS).as_posix(),  # stable
-                                          len(HEAVY_FIRST)))
-
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     # One thread per test: `make test` runs a pytest worker per core (-n auto --dist
