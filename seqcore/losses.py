@@ -98,8 +98,8 @@ def sequence_loss(
     per_seq_tokens = valid.sum(1)  # (B,)
     has_tokens = per_seq_tokens > 0
     if norm == "sequence-mean":
-        total = torch.where(has_tokens, token_loss.sum(1) / per_seq_tokens.clamp(min=1),
-                            0).sum()
+        per_seq = torch.where(has_tokens, token_loss.sum(1) / per_seq_tokens.clamp(min=1), 0)
+        total = per_seq.sum()
     else:
         total = token_loss.sum()
     return LossSum(total=total, nll=nll.sum(),

@@ -78,5 +78,6 @@ def main() -> None:
                  *rate_changes(ref[0], out[0], r), *rate_changes(ref[1], out[1], r)]
         print("| " + " | ".join(cells) + " |", flush=True)
 
+
 if __name__ == "__main__":
     main()

@@ -127,8 +127,7 @@ MUTANTS: list[Mutant] = [
            (LOOP, LM, "-k", "minimises")),
     # -- rule 8: explicit normalisation, accumulation ----------------------------------------
     Mutant("normalisation: sequence-mean averages per sequence twice", "seqcore/losses.py",
-           "                            0).sum()",
-           "                            0).mean()",
+           "total = per_seq.sum()", "total = per_seq.mean()",
            ("tests/test_losses.py", LOOP, "-k", "normalisation")),
     Mutant("accumulation: each micro-batch divided by its own count", "seqcore/training/loop.py",
            "self.scaler.scale(out.total / denominator).backward()",

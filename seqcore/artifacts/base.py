@@ -54,6 +54,12 @@ def read_json(path: str | Path) -> Any:
         raise unreadable(path, err) from None
 
 
+def write_versioned(path: str | Path, version: int, fields: dict[str, Any]) -> None:
+    """Write ``fields`` with their ``schema_version`` (:func:`write_json`): what
+    :func:`read_versioned` reads back."""
+    write_json(path, {"schema_version": version} | fields)
+
+
 def read_versioned(path: str | Path, kind: str, expected: int) -> dict[str, Any]:
     """A JSON artifact's fields after checking its ``schema_version`` (absent: UNVERSIONED)
     against ``expected``; the version field itself is removed."""

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
+from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_versioned
 
 #: The manifest's name inside its data folder (``paths.prepared``, ``paths.encoded``).
 MANIFEST = "manifest.json"
@@ -76,9 +76,9 @@ class PreparedManifest:
     counts: PrepareCounts
 
     def save(self, path: str | Path) -> None:
-        write_json(path, {"schema_version": self.SCHEMA_VERSION, "raw": asdict(self.raw),
-                          "settings": self.settings, "sha256": self.sha256,
-                          "rejects_file": self.rejects_file, **asdict(self.counts)})
+        write_versioned(path, self.SCHEMA_VERSION, {
+            "raw": asdict(self.raw), "settings": self.settings, "sha256": self.sha256,
+            "rejects_file": self.rejects_file, **asdict(self.counts)})
 
     @classmethod
     def load(cls, path: str | Path) -> PreparedManifest:
@@ -121,7 +121,7 @@ class EncodedManifest:
     overlong: str
 
     def save(self, path: str | Path) -> None:
-        write_json(path, {"schema_version": self.SCHEMA_VERSION, **asdict(self)})
+        write_versioned(path, self.SCHEMA_VERSION, asdict(self))
 
     @classmethod
     def load(cls, path: str | Path) -> EncodedManifest:

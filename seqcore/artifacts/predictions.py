@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_json
+from seqcore.artifacts.base import UNVERSIONED, fields_error, read_versioned, write_versioned
 from seqcore.config import BaselineConfig, ConfigError, DecodeConfig, section_from_dict
 from seqcore.errors import UnreadableFile
 from seqcore.jsonl import read_jsonl, write_jsonl
@@ -121,8 +121,8 @@ class PredictionsHeader:
 
     def save(self, predictions: str | Path) -> None:
         """Write the header of the predictions file ``predictions``."""
-        write_json(header_path(predictions), {"schema_version": self.SCHEMA_VERSION} | {
-            k: v for k, v in asdict(self).items() if v is not None})
+        write_versioned(header_path(predictions), self.SCHEMA_VERSION,
+                        {k: v for k, v in asdict(self).items() if v is not None})
 
     @classmethod
     def load(cls, predictions: str | Path) -> PredictionsHeader:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from seqcore.artifacts.base import UNVERSIONED, read_versioned, write_json
+from seqcore.artifacts.base import (
+    UNVERSIONED, read_versioned, write_json, write_versioned)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Results:
         return self.texts["checkpoints"]
 
     def save(self, path: str | Path) -> None:
-        write_json(path, {"schema_version": self.SCHEMA_VERSION} | self.texts)
+        write_versioned(path, self.SCHEMA_VERSION, self.texts)
 
     @classmethod
     def load(cls, path: str | Path) -> Results:

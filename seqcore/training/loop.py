@@ -10,9 +10,9 @@ Order of one optimisation step (each rule has a test):
 
 Reading the device back (issue 53): a step leaves its loss and gradient norm on the device,
 and under the fused optimiser (``train.optimizer_kernel``; auto on CUDA) the skip of a
-non-finite step happens on the device too (the optimiser's ``found_inf``), so the loop
-itself reads nothing back inside a GPU step (the loss's masked selection of the labelled
-positions, ``seqcore.losses``, still does: its size is data-dependent). The run reads the
+non-finite step happens on the device too (the optimiser's ``found_inf``), so a GPU step
+reads nothing back (the loss zeroes unlabelled positions instead of selecting labelled ones:
+``seqcore.losses``; a one-process step is tested for it). The run reads the
 figures back once per window (every step on CPU; ``log_every`` steps on a GPU, and at every
 evaluation, checkpoint, ledger state and the last step), then counts skips in step order as
 the unfused step does at once: the log and the weights are the same whatever the window.

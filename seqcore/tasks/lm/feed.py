@@ -150,7 +150,7 @@ class LMFeed:
         return self.tokens(batch)
 
     def tokens(self, batch: Segment) -> int:
-        return batch.labelled if batch.labelled is not None else int((batch.labels >= 0).sum())
+        return batch.tokens
 
     def loss(self, model: torch.nn.Module, batch: Segment, ss_prob: float,
              gen: torch.Generator) -> LossSum:

@@ -39,6 +39,11 @@ class Segment:
     reset: torch.Tensor
     labelled: int | None = field(default=None, compare=False)
 
+    @property
+    def tokens(self) -> int:
+        """Labelled positions: the host's count where taken, else counted from ``labels``."""
+        return self.labelled if self.labelled is not None else int((self.labels >= 0).sum())
+
 
 class StreamBatcher:
     """B streams over documents, cut into segments of K positions (truncated BPTT).
