@@ -14,6 +14,16 @@ from seqcore.data.examples import Example
 from seqcore.models.base import EncoderDecoder
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``. A host tensor goes to a GPU through pinned memory without waiting:
+    the copy queues behind the GPU's work instead of the host waiting for it (a plain copy
+    from pageable memory synchronises the stream; issue 53)."""
+    if t.device == device:
+        return t
+    cuda = device.type == "cuda" and t.device.type == "cpu"
+    return (t.pin_memory() if cuda else t).to(device, non_blocking=cuda)
+
+
 @dataclass(frozen=True)
 class Batch:
     """A padded batch. src, src_mask: (B, S); tf: teacher-forcing inputs/labels (B, T).
@@ -38,19 +48,14 @@ class Batch:
         return self.counted[1] if self.counted else int(self.tf.mask.any(1).sum())
 
     def to(self, device: torch.device) -> Batch:
-        """The same batch on ``device`` (itself when already there). To a GPU through pinned
-        memory without waiting: the copy queues behind the GPU's work, not the host."""
+        """The same batch on ``device`` (itself when already there), moved by ``to_device``;
+        on a GPU its counts were taken on the host first."""
         if self.src.device == device:
             return self
-        cuda = device.type == "cuda"
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            return (t.pin_memory() if cuda and t.device.type == "cpu" else t).to(
-                device, non_blocking=cuda)
-
-        tf = TeacherForcing(move(self.tf.inputs), move(self.tf.labels), move(self.tf.mask))
-        return Batch(move(self.src), move(self.src_mask), tf,
-                     (self.tokens, self.targets) if cuda else None)
+        tf = TeacherForcing(*(to_device(t, device) for t in
+                               (self.tf.inputs, self.tf.labels, self.tf.mask)))
+        return Batch(to_device(self.src, device), to_device(self.src_mask, device), tf,
+                     (self.tokens, self.targets) if device.type == "cuda" else None)
 
 
 def make_batch(examples: list[Example], ids: SpecialIds) -> Batch:

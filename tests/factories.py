@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from seqcore.artifacts.predictions import PredictionRow, Predictions
@@ -307,18 +308,15 @@ def evaluated_failures(rows: list[PredictionRow], cfg: Config, tmp_path: Path) -
     return {"metrics": prediction_metrics(ev)["failures"], "ids": flagged}
 
 
-class ReadBacks(TorchDispatchMode):
-    """Records, by op name, every op that reads a tensor's value back to the host: a scalar
-    read (``item``, ``int``, ``float``, ``bool``) or a shape that depends on the values
-    (``nonzero``, ``masked_select``, boolean indexing). On a GPU each one waits until the
-    stream has caught up (issue 53); a CPU run makes the same calls, so it finds them."""
+class _ScalarReads(TorchDispatchMode):
+    """The dispatcher's half of ReadBacks: scalar reads and value-dependent shapes."""
 
     SCALAR_READS = {"aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal",
                     "aten::nonzero", "aten::masked_select"}
 
-    def __init__(self) -> None:
+    def __init__(self, found: list[str]) -> None:
         super().__init__()
-        self.found: list[str] = []
+        self.found = found
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
@@ -328,3 +326,43 @@ class ReadBacks(TorchDispatchMode):
         if name in self.SCALAR_READS or by_mask:
             self.found.append(name + (" (boolean mask)" if by_mask else ""))
         return func(*args, **(kwargs or {}))
+
+
+class _HostCopies(TorchFunctionMode):
+    """The Python half of ReadBacks: whole tensors copied to the host (``tolist``, ``numpy``,
+    ``cpu``), which never reach the dispatcher as a read."""
+
+    HOST_COPIES = {"tolist", "numpy", "cpu"}
+
+    def __init__(self, found: list[str]) -> None:
+        super().__init__()
+        self.found = found
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in self.HOST_COPIES:
+            self.found.append(f"Tensor.{name}")
+        return func(*args, **(kwargs or {}))
+
+
+class ReadBacks:
+    """Records, by op name, every call that reads a tensor's value back to the host: a scalar
+    read (``item``, ``int``, ``float``, ``bool``), a shape that depends on the values
+    (``nonzero``, ``masked_select``, boolean indexing) or a whole tensor copied out
+    (``tolist``, ``numpy``, ``cpu``). On a GPU each one waits until the stream has caught up
+    (issue 53); a CPU run makes the same calls, so it finds them. (``.to(device)`` is not
+    recorded: on the CPU it cannot be told from a move to the GPU.)"""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+        self._modes = (_HostCopies(self.found), _ScalarReads(self.found))
+
+    def __enter__(self) -> ReadBacks:
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)

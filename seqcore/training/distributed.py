@@ -23,7 +23,9 @@ import torch
 from torch import nn
 
 from seqcore.determinism import backend_for
+from seqcore.errors import OneLineError
 from seqcore.hashing import digest
+from seqcore.sequences import to_device
 
 #: torchrun sets these in every worker (https://pytorch.org/docs/stable/elastic/run.html).
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -146,29 +148,74 @@ def all_reduce_sum(world: World, values: list[float], device: torch.device) -> l
     return t.tolist()
 
 
-def all_reduce_gradients(world: World, params: list[nn.Parameter]) -> None:
+def all_reduce_counts(world: World, counts: list[int], device: torch.device) -> torch.Tensor:
+    """Host counts (the step's denominator and tokens) summed over ranks and left on the
+    device, (len(counts),) int64: moved there without the host waiting and never read back
+    inside a step (issue 53)."""
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
+
+    t = to_device(torch.tensor(counts, dtype=torch.int64), device)
+    dist.all_reduce(t)
+    return t
+
+
+def all_reduce_total(world: World, totals: list[torch.Tensor]) -> torch.Tensor:
+    """The micro-batches' summed losses added in order in float64, then summed over ranks,
+    (1,) on the device: read with the step's other figures, not inside it."""
+    import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
+
+    acc = totals[0].double().reshape(1)
+    for t in totals[1:]:
+        acc = acc + t.double()
+    dist.all_reduce(acc)
+    return acc
+
+
+class GradientPresenceChanged(OneLineError, RuntimeError):
+    """A parameter had a gradient on some steps of a multi-process run and none on others."""
+
+
+def all_reduce_gradients(world: World, params: list[nn.Parameter],
+                         present: list[bool] | None = None) -> tuple[list[bool], torch.Tensor]:
     """Replace every rank's gradients by their sum over ranks (one flat all-reduce).
 
     A parameter without a gradient on one rank counts as zero there; it gets a gradient only
-    if some rank produced one, so an unused parameter stays untouched by the optimiser.
+    if some rank produced one, so an unused parameter stays untouched by the optimiser. Which
+    parameters those are (``present``) is read from the device once, at a run's first step,
+    and then reused, so later steps read nothing back (issue 53); each step's own flags are
+    returned, on the device, for ``check_presence`` to compare when the step is read.
     """
-    if world.size == 1:
-        return
     import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
 
     ref = params[0]
     parts = [p.grad.reshape(-1).float() if p.grad is not None else
              torch.zeros(p.numel(), device=ref.device) for p in params]
-    has = torch.tensor([float(p.grad is not None) for p in params], device=ref.device)
+    has = to_device(torch.tensor([float(p.grad is not None) for p in params]), ref.device)
     flat = torch.cat([*parts, has])  # (sum of numels + P,)
     dist.all_reduce(flat)
-    present = flat[-len(params):].tolist()  # one read-back for all P flags, not one each
+    flags = flat[-len(params):]
+    if present is None:  # the first step: one read-back for all P flags
+        present = [ranks > 0 for ranks in flags.tolist()]
     offset = 0
-    for p, ranks_with_grad in zip(params, present, strict=True):
+    for p, used in zip(params, present, strict=True):
         n = p.numel()
-        if ranks_with_grad > 0:
+        if used:
             p.grad = flat[offset : offset + n].view_as(p).to(p.dtype).clone()
         offset += n
+    return present, flags
+
+
+def check_presence(flags: torch.Tensor, present: list[bool], names: list[str], step: int
+                   ) -> None:
+    """Raise GradientPresenceChanged (one line) when step ``step``'s summed presence flags
+    disagree with the parameters the run has summed since its first step."""
+    for name, ranks, used in zip(names, flags.tolist(), present, strict=True):
+        if (ranks > 0) != used:
+            now, first = ("no rank", "one") if used else ("a rank", "none")
+            raise GradientPresenceChanged(
+                f"parameter {name} got a gradient on {now} at step {step} but {first} at the "
+                f"run's first step; multi-process training (train.nproc) needs each parameter "
+                f"used at every step or at none")
 
 
 def gather_objects(world: World, obj: Any) -> list[Any]:

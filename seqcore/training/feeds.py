@@ -20,7 +20,8 @@ from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
-from seqcore.sequences import Batch, make_batch, teacher_forced_passes
+from seqcore.decoding.sampling import inverse_cdf
+from seqcore.sequences import Batch, make_batch, teacher_forced_passes, to_device
 from seqcore.training.dev_decode import DevSample, DevScores, decode_sample, dev_sample
 from seqcore.training.distributed import World
 from seqcore.training.mrt import mrt_loss
@@ -81,12 +82,15 @@ def teacher_forced_nll(
 
 
 def choose_tokens(logits: torch.Tensor, choice: str, gen: torch.Generator) -> torch.Tensor:
-    """Scheduled-sampling choice from (B, T, V) logits: argmax or a sample -> (B, T) ids."""
+    """Scheduled-sampling choice from (B, T, V) logits: argmax, or a sample of each
+    position's softmax by the inverse CDF of one uniform per position, drawn in row-major
+    order from ``gen`` (a CPU generator: its state is checkpointed) and moved to the logits,
+    so the device is never read back (issue 53) -> (B, T) ids."""
     if choice == "argmax":
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float(), -1).cpu()  # (B, T, V); the generator is a CPU one
-    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=gen)
-    return flat.view(probs.shape[:2]).to(logits.device)  # (B, T)
+    b, t, v = logits.shape
+    u = to_device(torch.rand(b * t, generator=gen), logits.device)  # (B*T,)
+    return inverse_cdf(logits.reshape(b * t, v), u).view(b, t)
 
 
 class Seq2SeqFeed:

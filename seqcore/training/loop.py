@@ -12,14 +12,16 @@ Reading the device back (issue 53): a step leaves its loss and gradient norm on 
 and under the fused optimiser (``train.optimizer_kernel``; auto on CUDA) the skip of a
 non-finite step happens on the device too (the optimiser's ``found_inf``), so a GPU step
 reads nothing back (the loss zeroes unlabelled positions instead of selecting labelled ones:
-``seqcore.losses``; a one-process step is tested for it). The run reads the
+``seqcore.losses``; a one-process and a two-process step are tested for it). The run reads the
 figures back once per window (every step on CPU; ``log_every`` steps on a GPU, and at every
 evaluation, checkpoint, ledger state and the last step), then counts skips in step order as
 the unfused step does at once: the log and the weights are the same whatever the window.
 
 Under multi-process training (``seqcore.training.distributed``) step 1's counts and the
 logged loss are summed over ranks, and after step 2 the gradients are summed over ranks, so
-unscale, the finiteness check and the clip in step 3 see the global gradient on every rank.
+unscale, the finiteness check and the clip in step 3 see the global gradient on every rank;
+the sums stay on the device (which parameters have gradients is read once, at the first
+step, and checked against each step's flags when the step is read).
 With one process these collectives are skipped and the loop is the single-process loop.
 
 ``TrainLoop`` runs on any feed (``seqcore.training.feeds``: encoded pairs, or the lm task's
@@ -87,12 +89,13 @@ class _Pending:
     step: int
     epoch: int
     lr: float
-    totals: list[torch.Tensor] | list[float]
-    denominator: int
-    tokens: int
+    totals: list[torch.Tensor]
+    denominator: int | torch.Tensor
+    tokens: int | torch.Tensor
     norm: torch.Tensor
     ss_prob: float
     skipped: int | None
+    presence: torch.Tensor | None = None  # multi-process: the step's gradient presence flags
 
 
 class TrainLoop:
@@ -125,6 +128,9 @@ class TrainLoop:
         # Scheduled-sampling draws; every rank draws its own (rank 0 = the single process).
         self.gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * world.rank)
         self.state = TrainState()
+        # multi-process: which parameters the ranks' gradients are summed for (first step)
+        self.presence: list[bool] | None = None
+        self.param_names = [name for name, _ in model.named_parameters()]
         self.on_step: Callable[[int], None] = lambda step: None
         # the last dev decoding's outputs (the train stage prints a few of them)
         self.dev_outputs: DevScores | None = None
@@ -241,10 +247,12 @@ class TrainLoop:
         tokens = sum(feed.tokens(b) for b in batches)
         # the denominator: valid tokens or sequences (sequence.loss_norm); sources under MRT
         count = sum(feed.sources(b) if mrt else feed.count(b) for b in batches)
-        if self.world.size > 1:  # the denominator of the global batch: summed over ranks
-            count, tokens = (int(x) for x in distributed.all_reduce_sum(
-                self.world, [count, tokens], self.device))
-        denominator = 1 if feed.norm == "sum" and not mrt else max(count, 1)
+        denominator: int | torch.Tensor = max(count, 1)
+        if self.world.size > 1:  # the global batch's counts: summed over ranks on the device
+            summed = distributed.all_reduce_counts(self.world, [count, tokens], self.device)
+            denominator, tokens = summed[0].clamp(min=1), summed[1]
+        if feed.norm == "sum" and not mrt:
+            denominator = 1
         lr = cfg.mrt_lr if mrt else learning_rate(
             s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps, self.d_model)
         for group in self.opt.param_groups:
@@ -270,10 +278,11 @@ class TrainLoop:
                     f"by the same factor (the same batch in smaller pieces), or lower "
                     f"{lengths}") from None
             totals.append(out.total.detach())
+        flags = None
         if self.world.size > 1:
-            distributed.all_reduce_gradients(self.world, list(self.model.parameters()))
-            totals = [distributed.all_reduce_sum(
-                self.world, [sum(float(t) for t in totals)], self.device)[0]]
+            self.presence, flags = distributed.all_reduce_gradients(
+                self.world, list(self.model.parameters()), self.presence)
+            totals = [distributed.all_reduce_total(self.world, totals)]
         norm = self._unscale_clip()
         finite = None
         if self.fused:  # skipped on the device when the norm is not finite: no read-back
@@ -286,9 +295,8 @@ class TrainLoop:
             self._count_skip(finite, s.step + 1)
         self.scaler.update()
         s.step += 1
-        s.tokens += tokens
         return _Pending(s.step, epoch, lr, totals, denominator, tokens, norm, ss_prob,
-                        None if finite is None else s.skipped)
+                        None if finite is None else s.skipped, flags)
 
     def _count_skip(self, finite: bool, step: int) -> None:
         """Count a skipped step; too many in a row stop training (TooManySkippedSteps)."""
@@ -309,12 +317,16 @@ class TrainLoop:
         back, and (fused) their skips counted as the unfused step counts them at once."""
         entries = []
         for p in pending:
+            if p.presence is not None:
+                distributed.check_presence(p.presence, self.presence, self.param_names, p.step)
             skipped = p.skipped
             if skipped is None:
                 self._count_skip(math.isfinite(float(p.norm)), p.step)
                 skipped = self.state.skipped
-            loss = sum(float(t) for t in p.totals) / p.denominator
-            entries.append(StepLog(p.step, p.epoch, p.lr, loss, p.tokens, float(p.norm),
+            loss = sum(float(t) for t in p.totals) / int(p.denominator)
+            tokens = int(p.tokens)
+            self.state.tokens += tokens
+            entries.append(StepLog(p.step, p.epoch, p.lr, loss, tokens, float(p.norm),
                                    skipped, math.nan, p.ss_prob))
         return entries
 

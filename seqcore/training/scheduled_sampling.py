@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from seqcore.contract import TeacherForcing
+from seqcore.sequences import to_device
 
 
 def mix_model_tokens(
@@ -29,6 +30,8 @@ def mix_model_tokens(
     shifted = torch.cat([tf.inputs[:, :1], predictions[:, :-1]], dim=1)  # (B, T)
     eligible = tf.mask.clone()
     eligible[:, 0] = False
-    # The generator is a CPU one (its state is checkpointed); the draw then moves to the batch.
-    draw = torch.rand(tf.inputs.shape, generator=generator).to(tf.inputs.device) < probability
+    # The generator is a CPU one (its state is checkpointed); the draw then moves to the batch
+    # without the host waiting for the device.
+    draw = to_device(torch.rand(tf.inputs.shape, generator=generator), tf.inputs.device)
+    draw = draw < probability
     return torch.where(eligible & draw, shifted, tf.inputs)

@@ -11,6 +11,8 @@ Adam turns 1e-9 in a near-zero gradient into a whole +-lr step, so Adam eps is 1
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -28,10 +30,10 @@ from seqcore.data.batching import BucketSampler, epoch_batches
 from seqcore.determinism import DeviceUnavailable, resolve_device, set_determinism
 from seqcore.tasks.lm.feed import LMFeed
 from seqcore.training.checkpoint import Checkpoint, CheckpointDir
-from seqcore.training.distributed import World, WorldMismatch
+from seqcore.training.distributed import GradientPresenceChanged, World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
-from tests.factories import IDS, examples, tiny_lm, tiny_model
+from tests.factories import IDS, ReadBacks, examples, tiny_lm, tiny_model
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
 STEPS = 3
@@ -62,12 +64,12 @@ def test_every_example_is_seen_once_per_epoch_across_ranks() -> None:
 
 
 # -- 2 gloo ranks against 1 process --------------------------------------------------------
-def _setup(task: str, accum: int, world: World) -> TrainLoop:
+def _setup(task: str, accum: int, world: World, **kernels: str) -> TrainLoop:
     """A tiny dropout-free model and data; identical on every rank (seeded alike)."""
     set_determinism(7, 1)
     cfg = TrainConfig(amp="none", batch_size=4, accum_steps=accum, max_steps=STEPS, lr=0.5,
                       warmup_steps=2, eval_every=100, checkpoint_every=100, threads=1,
-                      clip_norm=0.05, bptt_len=4, eps=1e-3)
+                      clip_norm=0.05, bptt_len=4, eps=1e-3, **kernels)
     if task == "s2s":
         model: torch.nn.Module = tiny_model(enc_layers=1, dec_layers=1, max_len=16,
                                             seed=7).train()
@@ -99,6 +101,25 @@ def _rank_worker(rank: int, init: str, out: str) -> None:
         result = _run_steps(_setup(task, accum, world))  # seeded alike: the same model everywhere
         if rank == 0:
             torch.save(result, Path(out) / f"{name}.pt")
+    found = {}
+    for task in ("s2s", "lm"):  # issue 53: a fused step's sums stay on the device
+        loop = _setup(task, 2, world, optimizer_kernel="fused", cpu_kernels="native")
+        loop.train_step()  # the first step reads which parameters have gradients
+        drawn = [loop.feed.draw() for _ in range(2)]  # counted on the host, as on a GPU
+        if task == "s2s":
+            drawn = [dataclasses.replace(b, counted=(b.tokens, b.targets)) for b in drawn]
+        loop.feed.draw = iter(drawn).__next__  # type: ignore[method-assign]
+        with ReadBacks() as reads:
+            pending = loop._step()
+        loop._settle([pending])
+        found[task] = reads.found
+        del loop.feed.draw  # the feed's own again
+    loop.model.embed.weight.requires_grad_(False)  # lm: a parameter unused from step 3 on
+    try:
+        loop.train_step()
+    except GradientPresenceChanged as err:
+        found["presence"] = str(err)
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(found))
     dist.destroy_process_group()
 
 
@@ -121,6 +142,12 @@ def test_two_gloo_ranks_give_the_single_process_gradients_and_weights(tmp_path: 
         assert got["losses"] == pytest.approx(ref["losses"], rel=1e-6)
         if name == "s2s-accum1":  # the same float additions: bitwise equal
             assert all(torch.equal(x, y) for x, y in zip(got["weights"], ref["weights"]))
+    for rank in (0, 1):  # a step of 2 ranks reads nothing back; a changed parameter set stops
+        found = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert found == {"s2s": [], "lm": [], "presence": (
+            "parameter embed.weight got a gradient on no rank at step 3 but one at the run's "
+            "first step; multi-process training (train.nproc) needs each parameter used at "
+            "every step or at none")}
 
 
 # -- refusals ------------------------------------------------------------------------------

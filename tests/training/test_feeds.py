@@ -11,7 +11,7 @@ from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.losses import sequence_loss
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Seq2SeqFeed, choose_tokens
-from tests.factories import IDS, examples, tiny_model
+from tests.factories import IDS, ReadBacks, examples, tiny_model
 
 NOLS = SequenceConfig(label_smoothing=0.0)
 V = 12
@@ -35,17 +35,31 @@ def test_sampled_choice_follows_each_positions_softmax_over_the_vocabulary() -> 
     assert got.shape == HOT.shape and torch.equal(got, HOT)
 
 
+def uniform_draws(gen: torch.Generator, shape: tuple[int, int]) -> torch.Tensor:
+    """What the sampled choice draws over uniform logits: one uniform u per position, in
+    row-major order, picks token floor(u * V) (the inverse CDF of 1/V each)."""
+    return (torch.rand(shape[0] * shape[1], generator=gen) * V).floor().long().view(shape)
+
+
 def test_sampled_choice_draws_from_the_given_generator_and_only_from_it() -> None:
-    # uniform rows: torch.multinomial over 1/V with the seeded generator, whatever the global
+    # uniform rows: the inverse CDF of the seeded generator's uniforms, whatever the global
     # RNG holds (rule 7: the generator's state is checkpointed)
     logits = torch.zeros(2, 4, V)
-    expected = torch.multinomial(torch.full((8, V), 1 / V), 1,
-                                 generator=torch.Generator().manual_seed(3)).view(2, 4)
+    expected = uniform_draws(torch.Generator().manual_seed(3), (2, 4))
+    assert len(expected.unique()) > 1
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)
         gen = torch.Generator().manual_seed(3)
         assert torch.equal(choose_tokens(logits, "sample", gen), expected)
     assert not torch.equal(gen.get_state(), torch.Generator().manual_seed(3).get_state())
+
+
+def test_sampled_choice_reads_nothing_back_from_the_device() -> None:
+    # issue 53: the uniforms go to the logits, not the logits to the CPU generator
+    logits = bumped_logits(HOT, 1.0)
+    with ReadBacks() as reads:
+        choose_tokens(logits, "sample", torch.Generator().manual_seed(0))
+    assert reads.found == []
 
 
 class Oracle(nn.Module):
@@ -125,12 +139,10 @@ def test_scheduled_sampling_feeds_first_pass_predictions_and_keeps_true_labels()
 
 
 def test_scheduled_sampling_samples_the_first_pass_from_the_training_generator() -> None:
-    # uniform logits, p = 1: each eligible input is the previous position's multinomial draw
+    # uniform logits, p = 1: each eligible input is the previous position's sampled draw
     feed = ss_feed("sample")
     batch = feed.draw()
-    b, t = batch.tf.inputs.shape
-    g = torch.Generator().manual_seed(12)
-    draws = torch.multinomial(torch.full((b * t, V), 1 / V), 1, generator=g).view(b, t)
+    draws = uniform_draws(torch.Generator().manual_seed(12), tuple(batch.tf.inputs.shape))
     shifted = torch.cat([batch.tf.inputs[:, :1], draws[:, :-1]], dim=1)
     expected = torch.where(eligible(batch.tf.mask), shifted, batch.tf.inputs)
     for seen in mixed_inputs(feed, batch, 0.0, 1.0, 12):

@@ -220,13 +220,16 @@ def test_a_window_stops_at_the_step_where_the_skips_in_a_row_reached_the_limit(
         finish(loop)
 
 
+@pytest.mark.parametrize("ss_choice", ["off", "argmax", "sample"])
 def test_a_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
-        tmp_path: Path) -> None:
+        tmp_path: Path, ss_choice: str) -> None:
     # issue 53: what a GPU step would wait on, found on the CPU by the same calls: nothing in
-    # the loss (label smoothing on), the model, the clip or the optimiser; the batch is
-    # counted on the host, as its move to a GPU counts it
+    # the loss (label smoothing on), scheduled sampling's first pass and draw, the model, the
+    # clip or the optimiser; the batch is counted on the host, as its move to a GPU counts it
+    ss = {} if ss_choice == "off" else {"ss_schedule": "inverse_sigmoid", "ss_k": 1.0,
+                                        "ss_cap": 1.0, "ss_choice": ss_choice}
     loop = plain_loop(tmp_path, examples(12), seq=SequenceConfig(label_smoothing=0.1),
-                      **KERNELS["fused"])
+                      **KERNELS["fused"], **ss)
     loop.train_step()  # Adam's state is created at its first step
     batch = loop.feed.draw()
     batch = dataclasses.replace(batch, counted=(batch.tokens, batch.targets))
@@ -234,7 +237,8 @@ def test_a_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
     with ReadBacks() as reads:
         pending = loop._step()
     assert reads.found == []
-    assert loop._settle([pending])[0].step == 2  # and what it left on the device reads back
+    entry = loop._settle([pending])[0]  # and what it left on the device reads back
+    assert entry.step == 2 and (entry.ss_prob > 0) == (ss_choice != "off")
 
 
 # -- accumulation and clipping -----------------------------------------------------------------

@@ -20,16 +20,18 @@ import torch
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.losses import LossNorm, LossSum, labelled_nll, sequence_loss
 from seqcore.models.rnnlm import RNNLM, LMState, detach_state, reset_state
+from seqcore.sequences import to_device
 from seqcore.tasks.lm.streams import Segment, StreamBatcher, StreamState
 from seqcore.training.distributed import World
 
 
 def segment_rows(seg: Segment, rows: slice, device: torch.device) -> Segment:
     """Some slots of a segment, on ``device``: inputs/labels (B', K), reset (B',), their
-    labelled positions counted on the host first (so the step reads nothing back)."""
+    labelled positions counted on the host first and moved without the host waiting (so the
+    step waits on nothing)."""
     labels = seg.labels[rows]
-    return Segment(seg.inputs[rows].to(device), labels.to(device), seg.reset[rows].to(device),
-                   int((labels >= 0).sum()))
+    return Segment(to_device(seg.inputs[rows], device), to_device(labels, device),
+                   to_device(seg.reset[rows], device), int((labels >= 0).sum()))
 
 
 def segment_loss(
