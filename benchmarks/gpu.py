@@ -17,13 +17,16 @@ fails or runs out of time is a row that says so, and the others still run:
 2. **throughput**: the real ``TrainLoop`` steps on the encoded training split, read back once a
    ``log_every`` window as the train stage reads them (issue 53), for the
    default shape (2+2 layers, d 128, ff 512) and the ``full`` profile's (3+3, d 256, ff 1024),
-   fp32 and bf16: target tokens/s, ms per step and the GPU-busy share (device-kernel time from
-   torch.profiler over the timed steps, divided by their wall time; CUDA only).
+   fp32 and bf16, the eager step and the step as CUDA graphs (``train.cuda_graphs``):
+   target tokens/s, ms per step, the GPU-busy share (device-kernel time from torch.profiler
+   over the timed steps, divided by their wall time; CUDA only) and the share of label
+   positions that are PAD (what bucketing, and the graphs' padding to multiples of 8, cost).
 3. **train stage and ledger replay**: ``python -m pipeline.train`` for ``--train-steps`` steps
    on the device in a scratch workspace (symlinks to the inputs; every output inside it),
    then the audit's replay of the ledger's last segment (``pipeline.audit.replay``, under
-   the training's CPU kernel profile): bit-identical or the first difference.
-4. **decode**: ``python -m pipeline.decode`` of that model on the test split, on the device
+   the training's CPU kernel profile): bit-identical or the first difference; eager, then
+   with ``train.cuda_graphs: on`` (auto turns it on once this row has passed on a GPU).
+4. **decode**: ``python -m pipeline.decode`` of each model on the test split, on the device
    (the default's beam search and rescoring): wall time and words/s.
 
 The table starts with the date, the device, torch and CUDA versions; paste it into
@@ -33,6 +36,7 @@ docs/benchmarks.md. A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -98,10 +102,20 @@ def throughput(spec: dict[str, Any]) -> dict[str, Any]:
             {"params": str(REPO / "params.yaml"), "data_root": str(REPO), "family": "transformer",
              "shape": (enc, dec, d, ff), "rnn_shape": None, "amp": spec["amp"],
              "threads": 2, "device": spec["device"],  # 2 threads: params.yaml's
-             "steps": spec["steps"] + spec["warmup"]}, tmp)
+             "graphs": spec["graphs"], "steps": spec["steps"] + spec["warmup"],
+             **({"cpu_kernels": "native"} if spec["graphs"] == "on" and
+                spec["device"] == "cpu" else {})}, tmp)  # the fused Adam: a CPU rehearsal
         device = next(loop.model.parameters()).device
         for _ in range(spec["warmup"]):
             loop.train_step()
+        draw, positions = loop.feed.draw, [0]
+
+        def counted() -> Any:  # the padded label positions: what PAD costs
+            batch = draw()
+            positions[0] += batch.tf.labels.numel()
+            return batch
+
+        loop.feed.draw = counted
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.synchronize()
@@ -121,57 +135,65 @@ def throughput(spec: dict[str, Any]) -> dict[str, Any]:
                         if e.device_type == torch.autograd.DeviceType.CUDA)
         busy = kernel_us / 1e6 / seconds
     return {"tokens_per_s": tokens / seconds, "ms_per_step": 1000 * seconds / spec["steps"],
-            "busy": busy}
+            "busy": busy, "pad": 1 - tokens / max(positions[0], 1)}
 
 
 def throughput_rows(device: str, steps: int, warmup: int, limit: float
                     ) -> list[tuple[str, str, str]]:
     rows = []
-    for shape in SHAPES:
-        for amp in ("none", "bf16"):
-            spec = {"shape": shape, "amp": amp, "device": device, "steps": steps,
-                    "warmup": warmup}
-            label = f"throughput {shape[0]} {'fp32' if amp == 'none' else amp}"
-            code, out, _ = run([sys.executable, "-m", "benchmarks.gpu", "--child",
-                                json.dumps(spec)], REPO, limit)
-            if code != 0:
-                rows.append((label, "timed out" if code is None else f"exit {code}",
-                             out.strip().splitlines()[-1][:300] if out.strip() else ""))
-                continue
-            r = json.loads(next(line for line in reversed(out.splitlines())
-                                if line.startswith(MARK))[len(MARK):])
-            busy = "-" if r["busy"] is None else f"{100 * r['busy']:.0f} %"
-            rows.append((label, f"{r['tokens_per_s']:,.0f} target tokens/s",
-                         f"{r['ms_per_step']:.1f} ms/step over {steps} steps; GPU busy {busy}"))
+    for shape, amp, graphs in itertools.product(SHAPES, ("none", "bf16"), ("off", "on")):
+        spec = {"shape": shape, "amp": amp, "device": device, "steps": steps,
+                "warmup": warmup, "graphs": graphs}
+        label = (f"throughput {shape[0]} {'fp32' if amp == 'none' else amp}"
+                 f"{', CUDA graphs' if graphs == 'on' else ''}")
+        code, out, _ = run([sys.executable, "-m", "benchmarks.gpu", "--child",
+                            json.dumps(spec)], REPO, limit)
+        if code != 0:
+            rows.append((label, "timed out" if code is None else f"exit {code}",
+                         out.strip().splitlines()[-1][:300] if out.strip() else ""))
+            continue
+        r = json.loads(next(line for line in reversed(out.splitlines())
+                            if line.startswith(MARK))[len(MARK):])
+        busy = "-" if r["busy"] is None else f"{100 * r['busy']:.0f} %"
+        rows.append((label, f"{r['tokens_per_s']:,.0f} target tokens/s",
+                     f"{r['ms_per_step']:.1f} ms/step over {steps} steps; GPU busy {busy}; "
+                     f"PAD {100 * r['pad']:.0f} % of label positions"))
     return rows
 
 
 # -- 3 and 4. the train stage, its ledger replay, decode --------------------------------------
-def scratch(work: Path, device: str, train_steps: int) -> None:
-    """A workspace that links the inputs and writes every output inside itself."""
+def scratch(work: Path, device: str, train_steps: int, graphs: str) -> None:
+    """A workspace that links the inputs and writes every output inside itself; ``graphs``:
+    train.cuda_graphs (on a CPU rehearsal: the eager graphed step, under the native kernels
+    its fused Adam needs, on train.device auto, which validate allows with it)."""
     for name in INPUTS:
         if (REPO / name).exists():
             (work / name).symlink_to(REPO / name)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     every = max(1, train_steps // 2)
     params["train"].update({"device": device, "max_steps": train_steps, "eval_every": every,
-                            "checkpoint_every": every, "ledger_every": every})
+                            "checkpoint_every": every, "ledger_every": every,
+                            "cuda_graphs": graphs})
+    if graphs == "on" and device == "cpu":
+        params["train"].update({"device": "auto", "cpu_kernels": "native"})
     params["decode"].update({"device": device})
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def stage_rows(device: str, train_steps: int, limit: float) -> list[tuple[str, str, str]]:
+def stage_rows(device: str, train_steps: int, limit: float, graphs: str
+               ) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
+    mode = ", CUDA graphs" if graphs == "on" else ""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        scratch(work, device, train_steps)
+        scratch(work, device, train_steps, graphs)
         code, out, seconds = run([sys.executable, "-m", "pipeline.train"], work, limit)
         if code != 0:
-            return [(f"train stage ({train_steps} steps)",
+            return [(f"train stage ({train_steps} steps{mode})",
                      "timed out" if code is None else f"exit {code}", _last(out))]
         log = (work / "reports" / "train_log.csv").read_text().splitlines()
         tokens = sum(int(line.split(",")[4]) for line in log[1:])
-        rows.append((f"train stage ({train_steps} steps)", "ok",
+        rows.append((f"train stage ({train_steps} steps{mode})", "ok",
                      f"{seconds:.0f} s with start-up; {tokens / seconds:,.0f} target tokens/s "
                      "over the stage"))
         ledger = sorted((work / "models" / "ledger").glob("ckpt-*.pt"))
@@ -184,7 +206,7 @@ def stage_rows(device: str, train_steps: int, limit: float) -> list[tuple[str, s
              f"pathlib.Path('models/ledger'), [{last}])))"], work, limit)
         found = json.loads(next(line for line in reversed(out.splitlines())
                                 if line.startswith(MARK))[len(MARK):]) if code == 0 else None
-        label = f"ledger replay (segment {last} of {last})"
+        label = f"ledger replay (segment {last} of {last}{mode})"
         rows.append((label, "timed out" if code is None else f"exit {code}" if code else
                      "bit-identical" if not found else "DIFFERS",
                      f"{seconds:.0f} s" + (f"; {found[0]}" if found else "")
@@ -192,7 +214,8 @@ def stage_rows(device: str, train_steps: int, limit: float) -> list[tuple[str, s
         code, out, seconds = run([sys.executable, "-m", "pipeline.decode"], work, limit)
         test = work / "predictions" / "test.jsonl"
         words = len(test.read_text().splitlines()) if code == 0 and test.exists() else 0
-        rows.append(("decode (test split, the default's search)",
+        trained = "with CUDA graphs" if graphs == "on" else "eagerly"
+        rows.append((f"decode (test split, the default's search; model trained {trained})",
                      "ok" if code == 0 else "timed out" if code is None else f"exit {code}",
                      f"{seconds:.0f} s with start-up; {words / seconds:,.0f} words/s"
                      if code == 0 else _last(out)))
@@ -220,7 +243,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("gpu-check.md"))
     parser.add_argument("--steps", type=int, default=100, help="timed steps per throughput row")
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--train-steps", type=int, default=1000)
+    parser.add_argument("--train-steps", type=int, default=600)
     parser.add_argument("--quick", action="store_true",
                         help="a rehearsal: 5 timed steps, a 20-step training, no tests")
     parser.add_argument("--limit", type=float, default=150, help="seconds per part")
@@ -234,7 +257,8 @@ def main() -> None:
     t0 = time.monotonic()
     rows = [] if args.quick else cuda_tests(args.limit)
     rows += throughput_rows(args.device, args.steps, args.warmup, args.limit)
-    rows += stage_rows(args.device, args.train_steps, args.limit)
+    for graphs in ("off", "on"):
+        rows += stage_rows(args.device, args.train_steps, args.limit, graphs)
     total = time.monotonic() - t0
     lines = [header(args.device), "", "| part | result | figures |", "|---|---|---|",
              *(f"| {a} | {b} | {c.replace('|', '/')} |" for a, b, c in rows),

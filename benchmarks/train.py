@@ -98,6 +98,8 @@ def bench_config(params: str, spec: dict[str, Any]) -> Any:
             model.rnn, enc_layers=enc, dec_layers=dec, embed_dim=e, hidden=h))
     train = dataclasses.replace(cfg.train, amp=spec["amp"], threads=spec["threads"],
                                 device=spec.get("device", cfg.train.device),
+                                cuda_graphs=spec.get("graphs", cfg.train.cuda_graphs),
+                                cpu_kernels=spec.get("cpu_kernels", cfg.train.cpu_kernels),
                                 batch_size=spec.get("batch_size") or cfg.train.batch_size,
                                 max_steps=max(cfg.train.max_steps, spec["steps"] + 1))
     return dataclasses.replace(cfg, model=model, train=train)

@@ -242,9 +242,15 @@ class TrainConfig:
     def optimizer_kernel_on(self, device_kind: str) -> str:
         """``optimizer_kernel`` on a ``device_kind`` (cpu, cuda) device: unfused or fused. The
         two round differently, so the training contract holds this, not ``auto``."""
-        if self.optimizer_kernel == "auto":
-            return "fused" if device_kind == "cuda" else "unfused"
+        if self.optimizer_kernel == "auto":  # the step's CUDA graphs need the fused one
+            return "fused" if device_kind == "cuda" or self.cuda_graphs_on() else "unfused"
         return self.optimizer_kernel
+
+    def cuda_graphs_on(self) -> bool:
+        """Whether the step runs as CUDA graphs (seqcore.training.graphs; captured on CUDA,
+        the same padded static-buffer step run eagerly elsewhere). ``auto`` is off until a
+        GPU check has proven the captured step (benchmarks/gpu.py, issue 53)."""
+        return self.cuda_graphs == "on"
     log_every: int = 50
     threads: int = 2  # intra-op threads; fixed because float sums depend on the split
     # CPU kernels (seqcore.kernels, issue 49): portable = ATen's AVX2 build and MKL's
@@ -255,6 +261,9 @@ class TrainConfig:
     # skipped steps need no host synchronisation; unfused = torch's default; auto = fused on
     # CUDA, unfused on CPU (fused there needs cpu_kernels: native). Their rounding differs.
     optimizer_kernel: Literal["auto", "unfused", "fused"] = "auto"
+    # The step as CUDA graphs (issue 53; seqcore.training.graphs): micro-batches padded to
+    # multiples of 8 positions, a tensor learning rate, the fused Adam. auto = off for now.
+    cuda_graphs: Literal["auto", "on", "off"] = "auto"
     resume: Literal["auto", "fresh"] = "auto"  # fresh: ignore existing checkpoints
     # Scheduled sampling (Bengio et al. 2015): probability of feeding the model's own token.
     ss_schedule: Literal["off", "linear", "exponential", "inverse_sigmoid"] = "off"

@@ -102,6 +102,8 @@ def problems(cfg: Config) -> Iterator[Problem]:
                       "(or train.amp: none)")
     if tr.optimizer_kernel == "fused" and tr.device == "cpu" and tr.cpu_kernels == "portable":
         yield Problem("train.optimizer_kernel", tr.optimizer_kernel, FUSED_ON_PORTABLE)
+    if tr.cuda_graphs == "on":
+        yield from _graph_problems(cfg)
     scheme = cfg.mlflow.tracking_uri.split("://", 1)[0].split("+", 1)[0] \
         if "://" in cfg.mlflow.tracking_uri else ""
     if scheme not in TRACKING_SCHEMES:
@@ -117,6 +119,27 @@ def problems(cfg: Config) -> Iterator[Problem]:
                       "mlflow.tracking_uri: carries a password or token; params.yaml is "
                       "committed, so set MLFLOW_TRACKING_URI (or MLFLOW_TRACKING_USERNAME "
                       "and MLFLOW_TRACKING_PASSWORD) in the environment instead")
+
+
+def _graph_problems(cfg: Config) -> Iterator[Problem]:
+    """What ``train.cuda_graphs: on`` needs (seqcore.training.graphs): a GPU, shapes that a
+    padded batch fixes and no decision on the host inside a step (the transformer, so a pair
+    task: the lm task's models are RNNs)."""
+    tr = cfg.train
+    needs = (
+        ("train.device", tr.device, tr.device == "cpu", "a CUDA device (cuda or auto)"),
+        ("model.family", cfg.model.family, cfg.model.family != "transformer",
+         "the transformer (the RNNs pack their batches by length on the host)"),
+        ("train.nproc", tr.nproc, tr.nproc != 1, "one process"),
+        ("train.amp", tr.amp, tr.amp == "fp16", "none or bf16 (fp16's grad scaler decides "
+                                                "on the host)"),
+        ("train.ss_schedule", tr.ss_schedule, tr.ss_schedule != "off",
+         "off (scheduled sampling's first pass is not captured)"),
+        ("train.optimizer_kernel", tr.optimizer_kernel, tr.optimizer_kernel == "unfused",
+         "fused or auto (the fused Adam skips a non-finite step on the device)"))
+    for key, value, refused, what in needs:
+        if refused:
+            yield Problem(key, value, f"train.cuda_graphs: on needs {what}")
 
 
 def workspace_problem(cfg: Config) -> str | None:

@@ -173,7 +173,9 @@ ADDED_KEYS = {"model.transformer.attention_kernel": "auto", "train.cpu_kernels":
               "train.mrt_reference": True, "train.mrt_risk": "edit", "train.mrt_alpha": 1.0,
               "train.mrt_lr": 1e-4,
               # the optimiser's kernel (issue 53), resolved: torch's unfused default
-              "train.optimizer_kernel": "unfused"}
+              "train.optimizer_kernel": "unfused",
+              # the step as CUDA graphs (issue 53), resolved: off, the eager step
+              "train.cuda_graphs": "off"}
 #: Guards: thresholds (and the raw snapshot's pin) that decide whether a stage stops and
 #: change no output byte. The stage that checks one declares it (a change re-checks); it
 #: enters no signature, no training contract, no manifest and no MLflow run.
@@ -218,12 +220,14 @@ def config_contract(cfg: Config, sections: tuple[str, ...]) -> dict[str, Any]:
     """The part of a training contract every task shares: the flat params of ``sections``
     (train keys in NOT_CONTRACT, and ADDED_KEYS at their old behaviour, left out), then the
     runtime contract. ``train.optimizer_kernel`` enters resolved for the device kind (auto is
-    fused on CUDA, unfused on CPU: seqcore.training.optim)."""
+    fused on CUDA, unfused on CPU: seqcore.training.optim), ``train.cuda_graphs`` resolved
+    (auto is off for now)."""
     runtime = runtime_contract(cfg)
     # a guard is not even read: the stage that checks it declares it, no other stage does
     tree = {k: as_dict(getattr(cfg, k), guard_fields(k)) for k in sections}
     resolved = {"train.optimizer_kernel": cfg.train.optimizer_kernel_on(
-        runtime["train.device_kind"])}
+        runtime["train.device_kind"]), "train.cuda_graphs": "on" if cfg.train.cuda_graphs_on()
+        else "off"}
     flat = {k: resolved.get(k, v) for k, v in flatten(tree).items()}
     flat = {k: v for k, v in flat.items()
             if not (k.startswith("train.") and k.split(".", 1)[1] in NOT_CONTRACT)

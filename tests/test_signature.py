@@ -154,7 +154,7 @@ def test_a_key_added_later_is_in_the_training_contract_only_off_its_old_behaviou
                           "train.mrt_candidates": 4, "train.mrt_search": "beam",
                           "train.mrt_reference": True, "train.mrt_risk": "edit",
                           "train.mrt_alpha": 1.0, "train.mrt_lr": 1e-4,
-                          "train.optimizer_kernel": "unfused"}
+                          "train.optimizer_kernel": "unfused", "train.cuda_graphs": "off"}
     auto = training_contract(kernel("auto"), CONTRACT)
     assert not any(k.endswith("attention_kernel") for k in auto)
     math = training_contract(kernel("math"), CONTRACT)
@@ -176,6 +176,21 @@ def test_the_optimizer_kernel_enters_the_contract_as_the_kernel_its_device_runs(
     assert contract("auto", "cuda")["train.optimizer_kernel"] == "fused"
     assert contract("fused", "cpu")["train.optimizer_kernel"] == "fused"
     assert contract("auto", "cuda") == contract("fused", "cuda")
+
+
+def test_cuda_graphs_enter_the_contract_only_when_on_and_bring_the_fused_kernel(
+        cfg: Config) -> None:
+    # issue 53: padding and a tensor learning rate round differently; auto is off for now
+    def contract(graphs: str, device: str = "cuda") -> dict:
+        return training_contract(edit(cfg, train={"cuda_graphs": graphs, "device": device}),
+                                 CONTRACT)
+
+    off = contract("off")
+    assert off == contract("auto") and "train.cuda_graphs" not in off
+    assert {k: v for k, v in contract("on").items() if k not in off} == {
+        "train.cuda_graphs": "on"}
+    on_cpu = contract("on", "auto")  # this machine's auto is the CPU: run eagerly, fused Adam
+    assert (on_cpu["train.cuda_graphs"], on_cpu["train.optimizer_kernel"]) == ("on", "fused")
 
 
 def test_the_data_signature_marks_how_max_pairs_cut_the_data(cfg: Config) -> None:

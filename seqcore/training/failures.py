@@ -3,6 +3,8 @@ of memory (issue 53). A stage prints either alone and exits with status 1 (seqco
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -35,3 +37,20 @@ def batch_shape(batch: Any) -> tuple[str, str]:
                 "sequence.max_src_len/max_tgt_len")
     rows, cols = batch.labels.shape
     return f"{rows} streams x {cols} positions", "train.bptt_len"
+
+
+@contextmanager
+def memory_stop(batch: Any, device_type: str, step: int, cfg: Any) -> Iterator[None]:
+    """Turn running out of memory on ``batch`` at ``step`` into TrainingOutOfMemory: one line
+    naming the micro-batch's shape and the settings (of TrainConfig ``cfg``) to lower."""
+    try:
+        yield
+    except RuntimeError as err:  # torch.OutOfMemoryError is one
+        if not out_of_memory(err):
+            raise
+        shape, lengths = batch_shape(batch)
+        raise TrainingOutOfMemory(
+            f"out of {device_type} memory at step {step} on a micro-batch of {shape} "
+            f"(train.batch_size={cfg.batch_size}, train.accum_steps={cfg.accum_steps}); lower "
+            f"train.batch_size and raise train.accum_steps by the same factor (the same batch "
+            f"in smaller pieces), or lower {lengths}") from None

@@ -18,12 +18,13 @@ from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.contract import SpecialIds
 from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
+from seqcore.decoding.sampling import inverse_cdf
 from seqcore.losses import LossNorm, LossSum, sequence_loss
 from seqcore.models.base import EncoderDecoder
-from seqcore.decoding.sampling import inverse_cdf
 from seqcore.sequences import Batch, make_batch, teacher_forced_passes, to_device
 from seqcore.training.dev_decode import DevSample, DevScores, decode_sample, dev_sample
 from seqcore.training.distributed import World
+from seqcore.training.graphs import pad_to_multiple
 from seqcore.training.mrt import mrt_loss
 from seqcore.training.scheduled_sampling import mix_model_tokens
 
@@ -111,6 +112,7 @@ class Seq2SeqFeed:
         self.decode_beam, self.decode_max_len = cfg.dev_decode_beam, seq.max_tgt_len
         self.mrt = (cfg.mrt_candidates, cfg.mrt_search, cfg.mrt_reference, cfg.mrt_risk,
                     cfg.mrt_alpha)
+        self.pad_limit: int | None = None  # None: batches as long as their longest row
         lengths = [len(ex.tgt) for ex in self.train_ex]
         self.sampler = BucketSampler(lengths, cfg.batch_size, cfg.bucket_width, cfg.seed,
                                      world.rank, world.size)
@@ -120,8 +122,15 @@ class Seq2SeqFeed:
         return self.sampler.state.epoch
 
     def draw(self) -> Batch:
-        return make_batch([self.train_ex[i] for i in self.sampler.next()], self.ids).to(
-            self.device)
+        batch = make_batch([self.train_ex[i] for i in self.sampler.next()], self.ids)
+        if self.pad_limit is not None:  # the step's CUDA graphs: a few fixed shapes
+            batch = pad_to_multiple(batch, self.ids.pad, self.pad_limit)
+        return batch.to(self.device)
+
+    def pad_for_graphs(self, model: nn.Module) -> None:
+        """Pad every training micro-batch from now on to a multiple of PAD_MULTIPLE positions,
+        within the model's position limit (seqcore.training.graphs)."""
+        self.pad_limit = self._decoder(model).max_positions
 
     def count(self, batch: Batch) -> int:
         return batch.targets if self.norm == "sequence-mean" else batch.tokens

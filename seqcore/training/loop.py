@@ -50,9 +50,10 @@ from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
     rng_snapshot)
 from seqcore.training.dev_decode import DevScores, best_row, selection_key
-from seqcore.training.failures import (
-    TooManySkippedSteps, TrainingOutOfMemory, batch_shape, out_of_memory)
+from seqcore.training.failures import (  # noqa: F401 (TrainingOutOfMemory re-exported)
+    TooManySkippedSteps, TrainingOutOfMemory, memory_stop)
 from seqcore.training.feeds import Feed
+from seqcore.training.graphs import StepGraphs
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
@@ -70,14 +71,15 @@ class TrainState:
     history: list[StepLog] = field(default_factory=list)
 
 
-def autocast_context(amp: str, device: torch.device) -> Any:
-    """bf16 autocast (CPU or CUDA), fp16 autocast (CUDA only), or nothing."""
+def autocast_context(amp: str, device: torch.device, cache: bool = True) -> Any:
+    """bf16 autocast (CPU or CUDA), fp16 autocast (CUDA only), or nothing; ``cache``: keep
+    the casts of the weights for the context's life (off for a CUDA graph's capture)."""
     if amp == "none":
         return nullcontext()
     if amp == "fp16" and device.type != "cuda":
         raise ValueError("amp: fp16 needs CUDA; use bf16 on CPU")
     dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
 @dataclass(frozen=True)
@@ -117,10 +119,15 @@ class TrainLoop:
         self.max_skips = cfg.max_consecutive_skips
         self.device = next(model.parameters()).device
         self.fused = cfg.optimizer_kernel_on(self.device.type) == "fused"
+        # the step as CUDA graphs (captured on CUDA; the same step run eagerly elsewhere)
+        self.graphed = cfg.cuda_graphs_on()
         self.opt = build_optimizer(
             model.parameters(), cfg.optimizer, cfg.betas, cfg.eps, cfg.weight_decay,
             portable=cfg.cpu_kernels == "portable" and self.device.type == "cpu",
-            kernel="fused" if self.fused else "unfused")
+            kernel="fused" if self.fused else "unfused", capturable=self.graphed)
+        self.graphs: StepGraphs | None = None  # built at the first graphed step
+        if self.graphed:  # every micro-batch padded, from the first drawn
+            feed.pad_for_graphs(model)  # type: ignore[attr-defined] (a seq2seq feed)
         # Steps between reads of the device (loss, gradient norm, skipped or not): a CPU
         # computes eagerly, so every step; a GPU queues a window of log_every steps ahead.
         self.sync_every = 1 if self.device.type == "cpu" else max(cfg.log_every, 1)
@@ -151,7 +158,7 @@ class TrainLoop:
             "world": {"size": self.world.size, "backend": self.world.backend,
                       "device_kind": self.device.type}, **ranks,
             "schema": SCHEMA_VERSION, "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(), "scaler": self.scaler.state_dict(),
+            "optimizer": self._optimizer_state(), "scaler": self.scaler.state_dict(),
             "schedule": {"name": self.cfg.schedule, "step": s.step},
             "data": {**self.feed.state_dict(), "micro": 0},
             "generator": self.gen.get_state(), "rng": rng_snapshot(),
@@ -160,6 +167,13 @@ class TrainLoop:
                       "best_step": s.best_step, "select": self.cfg.select},
             "history": [h.row() for h in s.history], "contract": self.contract,
         })
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        """The optimiser's state dict with each group's learning rate a float (the graphed
+        step keeps it in a device scalar; the schedule sets it again at every step)."""
+        state = self.opt.state_dict()
+        state["param_groups"] = [{**g, "lr": float(g["lr"])} for g in state["param_groups"]]
+        return state
 
     def resume(self) -> str | None:
         """Load the newest good checkpoint if any; returns its name (None = fresh start).
@@ -255,28 +269,25 @@ class TrainLoop:
             denominator = 1
         lr = cfg.mrt_lr if mrt else learning_rate(
             s.step + 1, cfg.schedule, cfg.lr, cfg.warmup_steps, cfg.max_steps, self.d_model)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
         ss_prob = 0.0 if mrt else scheduled_sampling_probability(
             s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)
+        if self.graphed and not mrt:
+            graphs = self._step_graphs()
+            with memory_stop(batches[0], self.device.type, s.step + 1, cfg):
+                totals, norm = graphs.step(batches, int(denominator), lr)
+            s.step += 1
+            return _Pending(s.step, epoch, lr, totals, denominator, tokens, norm, ss_prob, None)
+        self.graphs = None  # minimum-risk steps run eagerly: their searches decide on the host
+        for group in self.opt.param_groups:
+            group["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
-        totals: list[torch.Tensor] | list[float] = []
+        totals = []
         for b in batches:
-            try:
+            with memory_stop(b, self.device.type, s.step + 1, cfg):
                 with autocast_context(cfg.amp, self.device):
                     out = feed.mrt_loss(self.model, b, self.gen) if mrt else \
                         feed.loss(self.model, b, ss_prob, self.gen)
                 self.scaler.scale(out.total / denominator).backward()
-            except RuntimeError as err:  # torch.OutOfMemoryError is one
-                if not out_of_memory(err):
-                    raise
-                shape, lengths = batch_shape(b)
-                raise TrainingOutOfMemory(
-                    f"out of {self.device.type} memory at step {s.step + 1} on a micro-batch "
-                    f"of {shape} (train.batch_size={cfg.batch_size}, train.accum_steps="
-                    f"{cfg.accum_steps}); lower train.batch_size and raise train.accum_steps "
-                    f"by the same factor (the same batch in smaller pieces), or lower "
-                    f"{lengths}") from None
             totals.append(out.total.detach())
         flags = None
         if self.world.size > 1:
@@ -297,6 +308,17 @@ class TrainLoop:
         s.step += 1
         return _Pending(s.step, epoch, lr, totals, denominator, tokens, norm, ss_prob,
                         None if finite is None else s.skipped, flags)
+
+    def _step_graphs(self) -> StepGraphs:
+        """The graphed step, built at its first use (after a resume has loaded the
+        optimiser's state)."""
+        if self.graphs is None:
+            feed, cfg, device = self.feed, self.cfg, self.device
+            self.graphs = StepGraphs(
+                self.model, self.opt, lambda model, batch: feed.loss(model, batch, 0.0, self.gen),
+                cfg.clip_norm, lambda: autocast_context(cfg.amp, device, cache=False),
+                capture=device.type == "cuda")
+        return self.graphs
 
     def _count_skip(self, finite: bool, step: int) -> None:
         """Count a skipped step; too many in a row stop training (TooManySkippedSteps)."""

@@ -72,11 +72,12 @@ class PortableAdam(torch.optim.Adam):
 
 def build_optimizer(params: Iterable[torch.Tensor], optimizer: str, betas: tuple[float, float],
                     eps: float, weight_decay: float, portable: bool,
-                    kernel: str = "unfused") -> torch.optim.Optimizer:
+                    kernel: str = "unfused", capturable: bool = False) -> torch.optim.Optimizer:
     """Adam or AdamW (``optimizer``) at lr 0 (the schedule sets it each step); ``portable``:
     the correctly rounded :class:`PortableAdam` (CPU training under ``train.cpu_kernels:
     portable``), else torch's own, unfused or fused (``kernel``: ``train.optimizer_kernel``
-    resolved by ``TrainConfig.optimizer_kernel_on``)."""
+    resolved by ``TrainConfig.optimizer_kernel_on``); ``capturable``: its step can be
+    captured in a CUDA graph (seqcore.training.graphs)."""
     decoupled = optimizer == "adamw"
     if portable:
         if kernel == "fused":  # train.device: auto that resolved to the CPU (one line)
@@ -84,4 +85,4 @@ def build_optimizer(params: Iterable[torch.Tensor], optimizer: str, betas: tuple
         return PortableAdam(params, 0.0, betas, eps, weight_decay, decoupled)
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
     return cls(params, lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay,
-               fused=kernel == "fused" or None)
+               fused=kernel == "fused" or None, capturable=capturable)

@@ -83,6 +83,16 @@ def test_code_defaults_equal_params_yaml() -> None:
     ({"train": {"select": "best_wer"}}, "train.select = 'best_wer': must be one of best_dev, "
      "best_dev_wer, best_dev_per, last; did you mean best_dev_wer?"),
     ({"train": {"mrt_candidates": 1}}, "train.mrt_candidates = 1: must be >= 2"),
+    # issue 53: what the step's CUDA graphs need
+    ({"train": {"cuda_graphs": "on"}}, "train.device = 'cpu': train.cuda_graphs: on needs a "
+     "CUDA device (cuda or auto)"),
+    ({"train": {"cuda_graphs": "on", "device": "cuda", "amp": "fp16"}}, "train.amp = 'fp16': "
+     "train.cuda_graphs: on needs none or bf16 (fp16's grad scaler decides on the host)"),
+    ({"model": {"family": "gru"}, "train": {"cuda_graphs": "on", "device": "auto"}},
+     "model.family = 'gru': train.cuda_graphs: on needs the transformer (the RNNs pack their "
+     "batches by length on the host)"),
+    ({"train": {"cuda_graphs": "always"}},
+     "train.cuda_graphs = 'always': must be one of auto, on, off"),
     ([1, 2], "(whole file) = [1, 2]: expected a mapping of keys to values"),
     # the coverage guards' parameters (issue 13)
     ({"tokenizer": {"max_unk_rate": 1.5}}, "tokenizer.max_unk_rate = 1.5: must be in [0, 1]"),

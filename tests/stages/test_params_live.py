@@ -167,6 +167,10 @@ NOT_RESULTS: dict[str, str] = {
                           "the result signature",
     "decode.tuned_on": "which split chose the decode settings (pipeline.tune --write): the "
                        "tuned field of the result signature (tests/stages/test_tune.py)",
+    "train.cuda_graphs": "the step as CUDA graphs: auto is off for now, and on needs "
+                         "train.device cuda or auto (validate), out of an in-process CPU "
+                         "case's reach; its step: tests/training/test_loop.py; a "
+                         "training-contract key when on (tests/test_signature.py)",
     "train.log_every": "how often a progress line goes to stderr, and on a GPU how often the "
                        "run reads the device back: the same log and weights whatever the "
                        "window (tests/training/test_loop.py)",

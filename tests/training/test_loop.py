@@ -946,12 +946,12 @@ GPU_MODEL = ModelConfig(transformer=TransformerConfig(d_model=32, n_heads=2, enc
 
 
 def cuda_loop(tmp: Path, amp: str = "none", max_steps: int = 6,
-              schedule: str = "cosine") -> TrainLoop:
+              schedule: str = "cosine", **train: Any) -> TrainLoop:
     device = resolve_device("cuda")
     set_determinism(7, 1, device)
     cfg = TrainConfig(batch_size=8, max_steps=max_steps, warmup_steps=2, eval_every=100,
                       checkpoint_every=3, threads=1, amp=amp, device="cuda",
-                      schedule=schedule)  # type: ignore[arg-type]
+                      schedule=schedule, **train)  # type: ignore[arg-type]
     model = build_model(GPU_MODEL, 12, 12, 0, 16).to(device)
     data = examples(64, seed=3, high=12, shift=0), examples(8, seed=3, high=12, shift=0)
     feed = Seq2SeqFeed(data, IDS, SequenceConfig(), cfg, device)
@@ -1035,6 +1035,133 @@ def test_a_gpu_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path, amp: st
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert [e.step for e in run._settle(pending)] == [2, 3, 4]
+
+
+# -- the step as CUDA graphs (issue 53; seqcore/training/graphs.py) ---------------------------
+#: The graphed step, run eagerly on the CPU (capture needs CUDA); the fused Adam it needs.
+GRAPHED = {"cuda_graphs": "on", **KERNELS["fused"]}
+
+
+def varied() -> list[Example]:
+    """Pairs of 1 to 14 tokens: padded to 8 or 16 positions, so a run meets several shapes."""
+    return examples(40, seed=3, lengths=(1, 14))
+
+
+def test_a_graphed_run_trains_as_the_eager_run_but_for_rounding(tmp_path: Path) -> None:
+    # padding to multiples of 8 and the optimiser's tensor learning rate round differently
+    # (a training-contract key); nothing else differs: the same losses, norms and tokens
+    eager, graphed = (finish(plain_loop(tmp_path / mode, varied(), max_steps=6, cuda_graphs=mode,
+                                        **KERNELS["fused"])) for mode in ("off", "on"))
+    assert graphed.graphs is not None and len(graphed.graphs.shapes) > 1
+    for field_ in ("loss", "grad_norm"):
+        assert [getattr(e, field_) for e in graphed.state.history] == pytest.approx(
+            [getattr(e, field_) for e in eager.state.history], rel=1e-5)
+    assert [e.tokens for e in graphed.state.history] == [e.tokens for e in eager.state.history]
+    assert eager.graphs is None and isinstance(graphed.opt.param_groups[0]["lr"], torch.Tensor)
+    # the known answers beside the relation: the constant rate and the last step's tokens
+    assert float(graphed.graphs.lr) == np.float32(1e-2)
+    assert int(graphed.graphs.denominator) == graphed.state.history[-1].tokens
+
+
+def test_a_graphed_step_keeps_nothing_of_an_earlier_micro_batch_in_its_buffers(
+        tmp_path: Path) -> None:
+    # the same run with new buffers (and, on CUDA, new graphs) at every step: the same bytes
+    reused = finish(plain_loop(tmp_path / "a", varied(), max_steps=6, accum_steps=2, **GRAPHED))
+    fresh = plain_loop(tmp_path / "b", varied(), max_steps=6, accum_steps=2, **GRAPHED)
+    fresh.on_step = lambda step: setattr(fresh, "graphs", None)
+    finish(fresh)
+    assert log_text(reused) == log_text(fresh)
+    assert all(torch.equal(a, b) for a, b in zip(reused.model.parameters(),
+                                                 fresh.model.parameters()))
+
+
+def test_a_killed_graphed_run_resumes_to_the_straight_runs_log_and_weights(
+        tmp_path: Path) -> None:
+    # the graphs are built again after a resume, from the checkpoint's optimiser state
+    straight = trained(plain_loop(tmp_path / "straight", varied(), max_steps=6,
+                                  checkpoint_every=2, **GRAPHED))
+    first = plain_loop(tmp_path / "killed", varied(), max_steps=6, checkpoint_every=2, **GRAPHED)
+    first.resume()
+    kill_after(first, 4)
+    again = plain_loop(tmp_path / "killed", varied(), max_steps=6, checkpoint_every=2, **GRAPHED)
+    assert again.resume() == "ckpt-00000004.pt"
+    finish(again)
+    assert log_text(straight) == log_text(again)
+    assert all(torch.equal(a, b) for a, b in zip(straight.model.parameters(),
+                                                 again.model.parameters()))
+    saved = Checkpoint.load(again.ckpt.root / "ckpt-00000006.pt").payload["optimizer"]
+    assert isinstance(saved["param_groups"][0]["lr"], float)  # not the device scalar
+
+
+def test_a_graphed_step_reads_nothing_back_from_the_device(tmp_path: Path) -> None:
+    loop = plain_loop(tmp_path, varied(), **GRAPHED)
+    loop.train_step()
+    batch = loop.feed.draw()
+    batch = dataclasses.replace(batch, counted=(batch.tokens, batch.targets))
+    loop.feed.draw = lambda: batch  # type: ignore[method-assign]
+    with ReadBacks() as reads:
+        pending = loop._step()
+    assert reads.found == []
+    assert loop._settle([pending])[0].step == 2
+
+
+def test_minimum_risk_steps_after_graphed_steps_run_eagerly(tmp_path: Path) -> None:
+    run = finish(plain_loop(tmp_path, varied(), max_steps=3, mrt_steps=2, mrt_candidates=2,
+                            **GRAPHED))
+    assert run.graphs is None and isinstance(run.opt.param_groups[0]["lr"], float)
+    assert [e.step for e in run.state.history] == [1, 2, 3, 4, 5]
+    assert all(math.isfinite(e.loss) for e in run.state.history)
+
+
+@pytest.mark.cuda
+@NEEDS_GPU
+@pytest.mark.parametrize("amp", ("none", "bf16"))
+def test_a_captured_step_equals_the_same_step_run_eagerly_on_the_gpu(
+        tmp_path: Path, amp: str) -> None:
+    # the warm-up, the capture and the replays run the kernels of the eager graphed step
+    runs = []
+    for capture in (True, False):
+        run = cuda_loop(tmp_path / str(capture), amp, max_steps=8, cuda_graphs="on")
+        run.resume()
+        run._step_graphs().capture = capture
+        runs.append(finish(run))
+    captured, eager = runs
+    assert all(s.graph.graph is not None for s in captured.graphs.shapes.values()
+               if s.graph.runs > 1)
+    assert log_text(captured) == log_text(eager)
+    assert all(torch.equal(a, b) for a, b in zip(captured.model.parameters(),
+                                                 eager.model.parameters()))
+
+
+@pytest.mark.cuda
+@NEEDS_GPU
+def test_a_captured_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path) -> None:
+    run = cuda_loop(tmp_path, cuda_graphs="on")
+    batch = run.feed.draw()
+    run.feed.draw = lambda: batch  # type: ignore[method-assign] (one shape: captured at step 2)
+    run.train_steps(2)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = [run._step() for _ in range(3)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [e.step for e in run._settle(pending)] == [3, 4, 5]
+    assert next(iter(run.graphs.shapes.values())).graph.graph is not None
+
+
+@pytest.mark.cuda
+@NEEDS_GPU
+def test_a_killed_captured_gpu_run_resumes_to_the_straight_runs_bytes(tmp_path: Path) -> None:
+    straight = trained(cuda_loop(tmp_path / "straight", cuda_graphs="on"))
+    first = cuda_loop(tmp_path / "killed", cuda_graphs="on")
+    first.resume()
+    kill_after(first, 3)
+    again = cuda_loop(tmp_path / "killed", cuda_graphs="on")
+    assert again.resume() == "ckpt-00000003.pt"
+    finish(again)
+    assert log_text(straight) == log_text(again)
+    assert all(torch.equal(a, b) for a, b in zip(straight.model.parameters(),
+                                                 again.model.parameters()))
 
 
 class IdentityTok:
