@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.config import ConfigError, TrainConfig, config_from_dict
+from seqcore.config import ConfigError, config_from_dict
 from seqcore.contract import IGNORE_INDEX, SpecialIds
 from seqcore.data.records import Reject
 from seqcore.metrics.bootstrap import Resampling
@@ -20,11 +20,9 @@ from seqcore.tasks.lm.evaluate import interval_metrics, report_markdown, signed_
 from seqcore.tasks.lm.feed import LMFeed, StreamNLL, lm_nll, segment_loss, segment_rows, stream_nll
 from seqcore.tasks.lm.setup import lm_report, lm_setup
 from seqcore.tasks.lm.streams import Segment, StreamBatcher, StreamState
-from seqcore.training.checkpoint import CheckpointDir
 from seqcore.training.distributed import World
-from seqcore.training.loop import TrainLoop
 from tests.factories import (
-    IDS, ReadBacks, document_nll, dropout_modes, smoothed_token_losses, tiny_lm, train_setup)
+    IDS, document_nll, dropout_modes, smoothed_token_losses, tiny_lm, train_setup)
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
 META = torch.device("meta")  # a device without storage, on any machine
@@ -290,24 +288,6 @@ def test_the_segment_loss_uses_the_normalisation_it_is_given() -> None:
     row0 = -(logp[0, 0, 4] + logp[0, 1, 5] + logp[0, 2, 3]) / 3
     row1 = -(logp[1, 0, 6] + logp[1, 1, 3]) / 2
     assert float(out.total) == pytest.approx(float(row0 + row1), rel=1e-6)
-
-
-def test_an_lm_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
-        tmp_path: Path) -> None:
-    # issue 53: the segment's labelled positions are counted on the host before its move, and
-    # the carried state and loss stay on the device (found on the CPU by the same calls)
-    cfg = TrainConfig(amp="none", optimizer_kernel="fused", cpu_kernels="native", threads=1,
-                      schedule="constant", lr=1e-2, warmup_steps=0, max_steps=4)
-    feed = LMFeed((TWO_DOCS, []), IDS, "token-mean", 0.1, 2, 4, 0)
-    loop = TrainLoop(tiny_lm("lstm", vocab=10).train(), cfg, feed, CheckpointDir(tmp_path, 2),
-                     {"task": "lm"}, 8)
-    loop.train_step()  # Adam's state is created at its first step
-    seg = feed.draw()  # counted on the host, where the batcher builds it
-    feed.draw = lambda: seg  # type: ignore[method-assign]
-    with ReadBacks() as reads:
-        pending = loop._step()
-    assert reads.found == []
-    assert pending.tokens == seg.labelled == int((seg.labels >= 0).sum()) > 0
 
 
 def test_lm_feed_minimises_the_smoothed_loss_without_pad_or_bos_mass() -> None:

@@ -42,6 +42,7 @@ from seqcore.losses import LossNorm, sequence_loss
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import Batch, make_batch
+from seqcore.tasks.lm.feed import LMFeed
 from seqcore.signature import derived_params
 from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint, CheckpointDir, ledger_files
 from seqcore.training.dev_decode import best_row
@@ -53,7 +54,7 @@ from seqcore.training.schedule import learning_rate, scheduled_sampling_probabil
 from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import (
     IDS, REPO, S2S_SEED, ReadBacks, dropout_modes, eval_nll, examples, kill_after, s2s_loop,
-    smoothed_token_losses, tiny_config, tiny_model)
+    smoothed_token_losses, tiny_config, tiny_lm, tiny_model)
 
 NOLS = SequenceConfig(label_smoothing=0.0)
 #: One layer each way and 16 positions: the smallest Transformer these rules need.
@@ -239,6 +240,25 @@ def test_a_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
     assert reads.found == []
     entry = loop._settle([pending])[0]  # and what it left on the device reads back
     assert entry.step == 2 and (entry.ss_prob > 0) == (ss_choice != "off")
+
+
+def test_an_lm_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
+        tmp_path: Path) -> None:
+    # issue 53: the segment's labelled positions are counted on the host before its move, and
+    # the carried state and loss stay on the device (found on the CPU by the same calls)
+    cfg = TrainConfig(amp="none", optimizer_kernel="fused", cpu_kernels="native", threads=1,
+                      schedule="constant", lr=1e-2, warmup_steps=0, max_steps=4)
+    docs = [[4, 5, 6, 7, 8, 9] * 3, [9, 8, 7, 6, 5, 4] * 2]
+    feed = LMFeed((docs, []), IDS, "token-mean", 0.1, 2, 4, 0)
+    loop = TrainLoop(tiny_lm("lstm", vocab=10).train(), cfg, feed, CheckpointDir(tmp_path, 2),
+                     {"task": "lm"}, 8)
+    loop.train_step()  # Adam's state is created at its first step
+    seg = feed.draw()  # counted on the host, where the batcher builds it
+    feed.draw = lambda: seg  # type: ignore[method-assign]
+    with ReadBacks() as reads:
+        pending = loop._step()
+    assert reads.found == []
+    assert pending.tokens == seg.labelled == int((seg.labels >= 0).sum()) > 0
 
 
 # -- accumulation and clipping -----------------------------------------------------------------
