@@ -108,9 +108,10 @@ class StepGraphs:
     """A seq2seq training step (accumulated micro-batches, clip, fused Adam) over static
     buffers, captured as CUDA graphs when ``capture`` (see the module's docstring).
 
-    The optimiser must be torch's fused Adam or AdamW built ``capturable``; its learning rate
-    becomes this object's device scalar (``set_lr``). ``loss(model, batch)`` is the feed's
-    summed loss of a micro-batch (no scheduled sampling: its draws are not static).
+    A step is ``begin``, ``micro_batch`` for each micro-batch, then ``update``. The optimiser
+    must be torch's fused Adam or AdamW built ``capturable``; its learning rate becomes this
+    object's device scalar. ``loss(model, batch)`` is the feed's summed loss of a micro-batch
+    (no scheduled sampling: its draws are not static).
     """
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss: Any,
@@ -128,21 +129,25 @@ class StepGraphs:
         self.shapes: dict[tuple[tuple[int, ...], ...], _Shape] = {}
         self.update_graph = _Graph()
 
-    def step(self, batches: list[Batch], denominator: int, lr: float
-             ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """One optimisation step over ``batches`` (padded, on the device): each micro-batch's
-        summed loss and the pre-clip norm, left on the device."""
+    def begin(self, denominator: int, lr: float) -> None:
+        """Start a step: its loss denominator and learning rate into the device scalars."""
         self.lr.fill_(lr)
         self.denominator.fill_(denominator)
-        totals = []
-        for batch in batches:
-            shape = self._shape(batch)
-            for static, given in zip(_tensors(shape.batch), _tensors(batch), strict=True):
-                static.copy_(given)
-            shape.graph(lambda s=shape: self._forward_backward(s), self.capture)
-            totals.append(shape.total.clone())
+
+    def micro_batch(self, batch: Batch) -> torch.Tensor:
+        """Add one micro-batch's gradient (``batch`` padded, on the device); its summed loss,
+        left on the device."""
+        shape = self._shape(batch)
+        for static, given in zip(_tensors(shape.batch), _tensors(batch), strict=True):
+            static.copy_(given)
+        shape.graph(lambda: self._forward_backward(shape), self.capture)
+        return shape.total.clone()
+
+    def update(self) -> torch.Tensor:
+        """End the step: clip, the optimiser's step (skipped on the device when the norm is
+        not finite) and the gradients zeroed; the pre-clip norm, left on the device."""
         self.update_graph(self._update, self.capture)
-        return totals, self.norm.clone()
+        return self.norm.clone()
 
     def _shape(self, batch: Batch) -> _Shape:
         key = tuple(tuple(t.shape) for t in _tensors(batch))

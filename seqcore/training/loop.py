@@ -273,10 +273,14 @@ class TrainLoop:
             s.step, cfg.ss_schedule, cfg.ss_k, cfg.ss_cap)
         if self.graphed and not mrt:
             graphs = self._step_graphs()
-            with memory_stop(batches[0], self.device.type, s.step + 1, cfg):
-                totals, norm = graphs.step(batches, int(denominator), lr)
+            graphs.begin(int(denominator), lr)
+            totals = []
+            for b in batches:
+                with memory_stop(b, self.device.type, s.step + 1, cfg):
+                    totals.append(graphs.micro_batch(b))
             s.step += 1
-            return _Pending(s.step, epoch, lr, totals, denominator, tokens, norm, ss_prob, None)
+            return _Pending(s.step, epoch, lr, totals, denominator, tokens, graphs.update(),
+                            ss_prob, None)
         self.graphs = None  # minimum-risk steps run eagerly: their searches decide on the host
         for group in self.opt.param_groups:
             group["lr"] = lr
