@@ -5,6 +5,7 @@ file imports these instead of writing its own (no test module imports another)."
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from seqcore.metrics.teacher import TeacherStats
 from seqcore.models import build_model
 from seqcore.models.base import EncoderDecoder
 from seqcore.models.rnnlm import RNNLM, RNNLMShape
-from seqcore.sequences import make_batch
+from seqcore.sequences import Batch, make_batch
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.tasks.parallel.evaluate import eval_spec
 from seqcore.training.checkpoint import FIELDS, SCHEMA_VERSION, Checkpoint, CheckpointDir
@@ -366,3 +367,21 @@ class ReadBacks:
     def __exit__(self, *exc: object) -> None:
         for mode in reversed(self._modes):
             mode.__exit__(*exc)
+
+
+def one_step_reads(loop: TrainLoop) -> tuple[list[str], Any, list[Any]]:
+    """What one step of ``loop`` reads back from the device (``ReadBacks``), after a first
+    step that creates Adam's state (and, with several ranks, reads which parameters have
+    gradients): (the reads, the step's pending figures, its micro-batches). The micro-batches
+    are drawn and counted on the host before the step, as their move to a GPU counts them."""
+    loop.train_step()
+    drawn = [loop.feed.draw() for _ in range(loop.cfg.accum_steps)]
+    drawn = [dataclasses.replace(b, counted=(b.tokens, b.targets)) if isinstance(b, Batch)
+             else b for b in drawn]  # an lm segment is counted where the batcher builds it
+    loop.feed.draw = iter(drawn).__next__  # type: ignore[method-assign]
+    try:
+        with ReadBacks() as reads:
+            pending = loop._step()
+    finally:
+        del loop.feed.draw  # the feed's own again
+    return reads.found, pending, drawn

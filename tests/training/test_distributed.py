@@ -11,7 +11,6 @@ Adam turns 1e-9 in a near-zero gradient into a whole +-lr step, so Adam eps is 1
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import os
 import shutil
@@ -33,7 +32,7 @@ from seqcore.training.checkpoint import Checkpoint, CheckpointDir
 from seqcore.training.distributed import GradientPresenceChanged, World, WorldMismatch
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
-from tests.factories import IDS, ReadBacks, examples, tiny_lm, tiny_model
+from tests.factories import IDS, examples, one_step_reads, tiny_lm, tiny_model
 from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
 
 STEPS = 3
@@ -104,16 +103,8 @@ def _rank_worker(rank: int, init: str, out: str) -> None:
     found = {}
     for task in ("s2s", "lm"):  # issue 53: a fused step's sums stay on the device
         loop = _setup(task, 2, world, optimizer_kernel="fused", cpu_kernels="native")
-        loop.train_step()  # the first step reads which parameters have gradients
-        drawn = [loop.feed.draw() for _ in range(2)]  # counted on the host, as on a GPU
-        if task == "s2s":
-            drawn = [dataclasses.replace(b, counted=(b.tokens, b.targets)) for b in drawn]
-        loop.feed.draw = iter(drawn).__next__  # type: ignore[method-assign]
-        with ReadBacks() as reads:
-            pending = loop._step()
+        found[task], pending, _ = one_step_reads(loop)
         loop._settle([pending])
-        found[task] = reads.found
-        del loop.feed.draw  # the feed's own again
     loop.model.embed.weight.requires_grad_(False)  # lm: a parameter unused from step 3 on
     try:
         loop.train_step()

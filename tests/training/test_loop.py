@@ -53,7 +53,7 @@ from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import (
-    IDS, REPO, S2S_SEED, ReadBacks, dropout_modes, eval_nll, examples, kill_after, s2s_loop,
+    IDS, REPO, S2S_SEED, dropout_modes, eval_nll, examples, kill_after, one_step_reads, s2s_loop,
     smoothed_token_losses, tiny_config, tiny_lm, tiny_model)
 
 NOLS = SequenceConfig(label_smoothing=0.0)
@@ -221,25 +221,22 @@ def test_a_window_stops_at_the_step_where_the_skips_in_a_row_reached_the_limit(
         finish(loop)
 
 
-@pytest.mark.parametrize("ss_choice", ["off", "argmax", "sample"])
+@pytest.mark.parametrize("ss_choice", ["off", "argmax", "sample", "graphs"])
 def test_a_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
         tmp_path: Path, ss_choice: str) -> None:
     # issue 53: what a GPU step would wait on, found on the CPU by the same calls: nothing in
     # the loss (label smoothing on), scheduled sampling's first pass and draw, the model, the
-    # clip or the optimiser; the batch is counted on the host, as its move to a GPU counts it
-    ss = {} if ss_choice == "off" else {"ss_schedule": "inverse_sigmoid", "ss_k": 1.0,
-                                        "ss_cap": 1.0, "ss_choice": ss_choice}
+    # clip or the optimiser, nor in the step as CUDA graphs (run eagerly here); the batch is
+    # counted on the host, as its move to a GPU counts it
+    mode = {"off": {}, "graphs": {"cuda_graphs": "on"}}.get(ss_choice, {
+        "ss_schedule": "inverse_sigmoid", "ss_k": 1.0, "ss_cap": 1.0, "ss_choice": ss_choice})
     loop = plain_loop(tmp_path, examples(12), seq=SequenceConfig(label_smoothing=0.1),
-                      **KERNELS["fused"], **ss)
-    loop.train_step()  # Adam's state is created at its first step
-    batch = loop.feed.draw()
-    batch = dataclasses.replace(batch, counted=(batch.tokens, batch.targets))
-    loop.feed.draw = lambda: batch  # type: ignore[method-assign]
-    with ReadBacks() as reads:
-        pending = loop._step()
-    assert reads.found == []
+                      **KERNELS["fused"], **mode)
+    found, pending, _ = one_step_reads(loop)
+    assert found == []
     entry = loop._settle([pending])[0]  # and what it left on the device reads back
-    assert entry.step == 2 and (entry.ss_prob > 0) == (ss_choice != "off")
+    assert entry.step == 2 and (entry.ss_prob > 0) == (ss_choice in ("argmax", "sample"))
+    assert (loop.graphs is not None) == (ss_choice == "graphs")
 
 
 def test_an_lm_step_under_the_fused_optimizer_reads_nothing_back_from_the_device(
@@ -252,12 +249,8 @@ def test_an_lm_step_under_the_fused_optimizer_reads_nothing_back_from_the_device
     feed = LMFeed((docs, []), IDS, "token-mean", 0.1, 2, 4, 0)
     loop = TrainLoop(tiny_lm("lstm", vocab=10).train(), cfg, feed, CheckpointDir(tmp_path, 2),
                      {"task": "lm"}, 8)
-    loop.train_step()  # Adam's state is created at its first step
-    seg = feed.draw()  # counted on the host, where the batcher builds it
-    feed.draw = lambda: seg  # type: ignore[method-assign]
-    with ReadBacks() as reads:
-        pending = loop._step()
-    assert reads.found == []
+    found, pending, (seg,) = one_step_reads(loop)
+    assert found == []
     assert pending.tokens == seg.labelled == int((seg.labels >= 0).sum()) > 0
 
 
@@ -1111,18 +1104,6 @@ def test_a_killed_graphed_run_resumes_to_the_straight_runs_log_and_weights(
                                                  again.model.parameters()))
     saved = Checkpoint.load(again.ckpt.root / "ckpt-00000006.pt").payload["optimizer"]
     assert isinstance(saved["param_groups"][0]["lr"], float)  # not the device scalar
-
-
-def test_a_graphed_step_reads_nothing_back_from_the_device(tmp_path: Path) -> None:
-    loop = plain_loop(tmp_path, varied(), **GRAPHED)
-    loop.train_step()
-    batch = loop.feed.draw()
-    batch = dataclasses.replace(batch, counted=(batch.tokens, batch.targets))
-    loop.feed.draw = lambda: batch  # type: ignore[method-assign]
-    with ReadBacks() as reads:
-        pending = loop._step()
-    assert reads.found == []
-    assert loop._settle([pending])[0].step == 2
 
 
 def test_minimum_risk_steps_after_graphed_steps_run_eagerly(tmp_path: Path) -> None:
