@@ -162,28 +162,22 @@ MUTANTS: list[Mutant] = [
     # -- loop rules: unscale, finiteness, clipping -------------------------------------------
     Mutant("AMP: clip before unscale", "seqcore/training/loop.py",
            "        self.scaler.unscale_(self.opt)\n"
-           "        params = [p for p in self.model.parameters() if p.grad is not None]\n"
-           "        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf\n"
-           "        return torch.nn.utils.clip_grad_norm_(params, max_norm, "
-           "error_if_nonfinite=False)\n",
-           "        params = [p for p in self.model.parameters() if p.grad is not None]\n"
-           "        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf\n"
-           "        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, "
-           "error_if_nonfinite=False)\n"
+           "        return clip_global_norm(self.model, self.cfg.clip_norm)\n",
+           "        norm = clip_global_norm(self.model, self.cfg.clip_norm)\n"
            "        self.scaler.unscale_(self.opt)\n"
            "        return norm\n",
            (LOOP, "-k", "unscale")),
-    Mutant("clipping: train.clip_norm ignored", "seqcore/training/loop.py",
-           "max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf",
+    Mutant("clipping: train.clip_norm ignored", "seqcore/training/optim.py",
+           "max_norm = clip_norm if clip_norm > 0 else math.inf",
            "max_norm = math.inf",
            (LOOP, "-k", "clipping")),
     Mutant("skipping: non-finite steps taken", "seqcore/training/loop.py",
            "            if finite:\n                self.scaler.step(self.opt)",
            "            if True:\n                self.scaler.step(self.opt)",
            (LOOP, "-k", "non_finite")),
-    Mutant("skipping: the fused optimiser steps on a non-finite norm", "seqcore/training/loop.py",
-           "self.opt.found_inf = None, (~norm.isfinite()).float()",
-           "self.opt.found_inf = None, None", (LOOP, "-k", "non_finite")),
+    Mutant("skipping: the fused optimiser steps on a non-finite norm", "seqcore/training/optim.py",
+           "opt.found_inf = None, (~norm.isfinite()).float()",
+           "opt.found_inf = None, None", (LOOP, "-k", "non_finite")),
     # -- TBPTT -------------------------------------------------------------------------------
     Mutant("TBPTT: state not detached", "seqcore/models/rnnlm.py",
            "return tuple(t.detach() for t in state)", "return tuple(state)",

@@ -148,7 +148,7 @@ def all_reduce_sum(world: World, values: list[float], device: torch.device) -> l
     return t.tolist()
 
 
-def all_reduce_counts(world: World, counts: list[int], device: torch.device) -> torch.Tensor:
+def all_reduce_counts(counts: list[int], device: torch.device) -> torch.Tensor:
     """Host counts (the step's denominator and tokens) summed over ranks and left on the
     device, (len(counts),) int64: moved there without the host waiting and never read back
     inside a step (issue 53)."""
@@ -159,7 +159,7 @@ def all_reduce_counts(world: World, counts: list[int], device: torch.device) -> 
     return t
 
 
-def all_reduce_total(world: World, totals: list[torch.Tensor]) -> torch.Tensor:
+def all_reduce_total(totals: list[torch.Tensor]) -> torch.Tensor:
     """The micro-batches' summed losses added in order in float64, then summed over ranks,
     (1,) on the device: read with the step's other figures, not inside it."""
     import torch.distributed as dist  # noqa: PLC0415 (only with 2+ processes)
@@ -175,8 +175,8 @@ class GradientPresenceChanged(OneLineError, RuntimeError):
     """A parameter had a gradient on some steps of a multi-process run and none on others."""
 
 
-def all_reduce_gradients(world: World, params: list[nn.Parameter],
-                         present: list[bool] | None = None) -> tuple[list[bool], torch.Tensor]:
+def all_reduce_gradients(params: list[nn.Parameter], present: list[bool] | None = None
+                         ) -> tuple[list[bool], torch.Tensor]:
     """Replace every rank's gradients by their sum over ranks (one flat all-reduce).
 
     A parameter without a gradient on one rank counts as zero there; it gets a gradient only

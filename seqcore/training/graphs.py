@@ -31,7 +31,6 @@ run eagerly: the CPU checks everything but the capture itself.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from torch import nn
 
 from seqcore.contract import IGNORE_INDEX, TeacherForcing
 from seqcore.sequences import Batch
+from seqcore.training.optim import clip_global_norm, fused_step
 
 #: Padded lengths are multiples of this (or the model's position limit).
 PAD_MULTIPLE = 8
@@ -119,7 +119,7 @@ class StepGraphs:
                  capture: bool) -> None:
         self.model, self.opt, self.loss, self.capture = model, opt, loss, capture
         self.autocast = autocast  # a new context each use (capture needs its cache off)
-        self.max_norm = clip_norm if clip_norm > 0 else math.inf
+        self.clip_norm = clip_norm
         device = next(model.parameters()).device
         self.lr = torch.zeros((), device=device)
         for group in opt.param_groups:
@@ -164,10 +164,8 @@ class StepGraphs:
         shape.total.copy_(out.total.detach())
 
     def _update(self) -> None:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.max_norm, error_if_nonfinite=False)
-        self.opt.grad_scale, self.opt.found_inf = None, (~norm.isfinite()).float()
-        self.opt.step()
+        norm = clip_global_norm(self.model, self.clip_norm)
+        fused_step(self.opt, norm)
         self.norm.copy_(norm)
         self.opt.zero_grad(set_to_none=False)
 

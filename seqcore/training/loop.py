@@ -54,7 +54,7 @@ from seqcore.training.failures import (  # noqa: F401 (TrainingOutOfMemory re-ex
     TooManySkippedSteps, TrainingOutOfMemory, memory_stop)
 from seqcore.training.feeds import Feed
 from seqcore.training.graphs import StepGraphs
-from seqcore.training.optim import build_optimizer
+from seqcore.training.optim import build_optimizer, clip_global_norm, fused_step
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 
 
@@ -263,7 +263,7 @@ class TrainLoop:
         count = sum(feed.sources(b) if mrt else feed.count(b) for b in batches)
         denominator: int | torch.Tensor = max(count, 1)
         if self.world.size > 1:  # the global batch's counts: summed over ranks on the device
-            summed = distributed.all_reduce_counts(self.world, [count, tokens], self.device)
+            summed = distributed.all_reduce_counts([count, tokens], self.device)
             denominator, tokens = summed[0].clamp(min=1), summed[1]
         if feed.norm == "sum" and not mrt:
             denominator = 1
@@ -296,13 +296,12 @@ class TrainLoop:
         flags = None
         if self.world.size > 1:
             self.presence, flags = distributed.all_reduce_gradients(
-                self.world, list(self.model.parameters()), self.presence)
-            totals = [distributed.all_reduce_total(self.world, totals)]
+                list(self.model.parameters()), self.presence)
+            totals = [distributed.all_reduce_total(totals)]
         norm = self._unscale_clip()
         finite = None
-        if self.fused:  # skipped on the device when the norm is not finite: no read-back
-            self.opt.grad_scale, self.opt.found_inf = None, (~norm.isfinite()).float()
-            self.opt.step()  # after unscale_, so the scaler's update sees its own inf checks
+        if self.fused:  # after unscale_, so the scaler's update sees its own inf checks
+            fused_step(self.opt, norm)
         else:
             finite = math.isfinite(float(norm))
             if finite:
@@ -359,9 +358,7 @@ class TrainLoop:
     def _unscale_clip(self) -> torch.Tensor:
         """Unscale, clip by global norm (nothing read back); returns the pre-clip norm."""
         self.scaler.unscale_(self.opt)
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
+        return clip_global_norm(self.model, self.cfg.clip_norm)
 
     # -- the run -------------------------------------------------------------------------
     def run(self, log: Callable[[StepLog, float], None]) -> TrainState:

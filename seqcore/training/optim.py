@@ -15,9 +15,11 @@ operation per element, or an FMA of ATen's pinned AVX2 build.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
+from torch import nn
 
 from seqcore.config_rules import FUSED_ON_PORTABLE
 from seqcore.errors import OneLineError
@@ -86,3 +88,18 @@ def build_optimizer(params: Iterable[torch.Tensor], optimizer: str, betas: tuple
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
     return cls(params, lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay,
                fused=kernel == "fused" or None, capturable=capturable)
+
+
+def clip_global_norm(model: nn.Module, clip_norm: float) -> torch.Tensor:
+    """Clip every gradient of ``model`` by their global L2 norm (``train.clip_norm``; 0: no
+    clipping); returns the pre-clip norm, left on the device (nothing read back)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    max_norm = clip_norm if clip_norm > 0 else math.inf
+    return torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
+
+
+def fused_step(opt: torch.optim.Optimizer, norm: torch.Tensor) -> None:
+    """The fused optimiser's step, skipped on the device when ``norm`` is not finite (its
+    ``found_inf``, as a GradScaler passes it): the host reads nothing back (issue 53)."""
+    opt.grad_scale, opt.found_inf = None, (~norm.isfinite()).float()  # type: ignore[attr-defined]
+    opt.step()
