@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.stage import load
+from pipeline.stage import stage_main
 from pipeline.task_io import PipelineIO
-from pipeline.timing import record_stage
 from seqcore.baselines.phonetisaurus import BaselineError
 from seqcore.config import Config
 from seqcore.tasks import TaskError, get_task
@@ -27,10 +26,5 @@ def run(cfg: Config) -> None:
         sys.exit(f"[baseline] {err}")
 
 
-def main() -> None:
-    run(load(__doc__))
-
-
 if __name__ == "__main__":
-    main()
-    record_stage("baseline")
+    stage_main("baseline", __doc__, run)

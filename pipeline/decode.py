@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.stage import cpu_kernels, load
+from pipeline.stage import cpu_kernels, stage_main
 from pipeline.task_io import PipelineIO
-from pipeline.timing import record_stage
 from seqcore.config import Config
 from seqcore.determinism import DeviceUnavailable, device_kind
 from seqcore.tasks import TaskError, get_task
@@ -24,13 +23,11 @@ def run(cfg: Config) -> None:
         sys.exit(f"[decode] {err}")
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def main(cfg: Config) -> None:
     cpu_kernels(cfg.decode.cpu_kernels, device_kind(cfg.decode.device), "decode.cpu_kernels",
                 "decode")
     run(cfg)
 
 
 if __name__ == "__main__":
-    main()
-    record_stage("decode")
+    stage_main("decode", __doc__, main)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline.stage import cpu_kernels, load
+from pipeline.stage import cpu_kernels, stage_main
 from pipeline.task_io import PipelineIO
 from pipeline.dvc_files import pipeline_stages
 from pipeline.record import RunOrigin, build_record
-from pipeline.timing import pipeline_metrics, record_stage
+from pipeline.timing import pipeline_metrics
 from pipeline.tracking import log_or_keep
 from seqcore.config import Config
 from seqcore.tasks import get_task
@@ -26,8 +26,7 @@ def run(cfg: Config) -> Evaluated:
     return get_task(cfg.task).evaluate(cfg, PipelineIO(cfg, "evaluate"))
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def main(cfg: Config) -> None:
     # the teacher-forced figures run the model like decode does, under decode's profile
     cpu_kernels(cfg.decode.cpu_kernels, "cpu", "decode.cpu_kernels", "evaluate")
     out = run(cfg)
@@ -38,5 +37,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
-    record_stage("evaluate")
+    stage_main("evaluate", __doc__, main)

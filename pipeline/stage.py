@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pipeline.timing import record_stage
 from seqcore.config import Config, ConfigError, load_config
 from seqcore.config_rules import host_problem, workspace_problem
 from seqcore.errors import OneLineError, UnreadableFile
@@ -36,6 +38,13 @@ def load(description: str) -> Config:
     except ConfigError as err:
         print(err, file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_STATUS) from None
+
+
+def stage_main(name: str, description: str, body: Callable[[Config], object]) -> None:
+    """What ``python -m pipeline.<name>`` runs: the params loaded (a bad file stops here, in
+    one line), ``body`` run on them, then the stage's time recorded (pipeline/timing.py)."""
+    body(load(description))
+    record_stage(name)
 
 
 def load_params(path: str) -> Config:

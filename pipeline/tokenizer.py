@@ -6,8 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pipeline.stage import load, signature
-from pipeline.timing import record_stage
+from pipeline.stage import signature, stage_main
 from seqcore.artifacts.coverage import Coverage, SideVocab
 from seqcore.artifacts.manifests import (
     EncodedManifest, PreparedManifest, SplitCounts, manifest_path)
@@ -64,10 +63,5 @@ def run(cfg: Config) -> None:
                  f" over-long rows in {cfg.paths.length_rejects})")
 
 
-def main() -> None:
-    run(load(__doc__))
-
-
 if __name__ == "__main__":
-    main()
-    record_stage("tokenizer")
+    stage_main("tokenizer", __doc__, run)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.stage import check_host, check_workspace, load
-from pipeline.timing import record_stage
+from pipeline.stage import check_host, check_workspace, stage_main
+from seqcore.config import Config
 from seqcore.config_rules import risky_settings
 from seqcore.tasks import ignored_settings
 
 
-def main() -> None:
-    cfg = load(__doc__)
+def main(cfg: Config) -> None:
     check_workspace(cfg)
     check_host(cfg)
     for warning in ignored_settings(cfg) + risky_settings(cfg):
@@ -29,5 +28,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
-    record_stage("validate")
+    stage_main("validate", __doc__, main)

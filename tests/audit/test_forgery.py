@@ -24,6 +24,7 @@ from pipeline import evaluate
 from pipeline.audit.rebuild import rebuild_diffs
 from pipeline.audit.lock import lock_hash_diffs
 from pipeline.dvc_files import read_yaml12
+from pipeline.stage import load_params
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
@@ -58,9 +59,8 @@ def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch, *edited: str) ->
     if edited:
         dvc_commit(repo, *stages_of(repo, edited))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setattr(sys, "argv", ["pipeline.evaluate"])
     with contextlib.chdir(repo):
-        evaluate.main()
+        evaluate.main(load_params("params.yaml"))
     dvc_commit(repo, "evaluate")
 
 

@@ -179,14 +179,20 @@ def config_checks() -> set[str]:
 
 
 def checks_called_by(stage: str) -> set[str]:
-    return _called(ast.parse((REPO / f"pipeline/{stage}.py").read_text(encoding="utf-8"))) \
-        & config_checks()
+    """The checks the stage calls, and those they call (stage_main calls load)."""
+    funcs = {k: v for p in CHECK_MODULES for k, v in _functions(p).items()}
+    checks = config_checks()
+    found = _called(ast.parse((REPO / f"pipeline/{stage}.py").read_text(encoding="utf-8")))
+    found &= checks
+    while more := {c for f in found for c in _called(funcs[f]) & checks} - found:
+        found |= more
+    return found
 
 
 def test_the_derivation_finds_the_shared_loader_and_the_workspace_check() -> None:
     # guards the derivation itself: were it to find nothing, the next test could not fail
-    assert {"load", "load_config", "check_workspace"} <= config_checks()
-    assert {"load", "check_workspace"} <= checks_called_by("validate")
+    assert {"load", "stage_main", "load_config", "check_workspace"} <= config_checks()
+    assert {"stage_main", "load", "check_workspace"} <= checks_called_by("validate")
 
 
 @pytest.mark.parametrize("stage", [s for s in STAGES if s != "validate"])

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib
 import io
 import json
+import runpy
 import shutil
 import sys
 import typing
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -264,14 +265,16 @@ def in_dir(path: Path) -> Iterator[None]:
 
 
 def run_main(stage: str, workdir: Path) -> None:
-    """The stage's own main(), as ``python -m pipeline.<stage>`` runs it, quietly."""
-    main = importlib.import_module(f"pipeline.{stage}").main
+    """The stage as ``python -m pipeline.<stage>`` runs it (its module as ``__main__``), in
+    this process and quietly."""
     with pytest.MonkeyPatch.context() as mp, in_dir(workdir), \
             contextlib.redirect_stderr(io.StringIO()):
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
         mp.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the closed port answers at once
         mp.setattr(sys, "argv", [f"pipeline.{stage}", "--params", "params.yaml"])
-        main()
+        with warnings.catch_warnings():  # runpy's: the module is imported already (no state)
+            warnings.filterwarnings("ignore", r"'pipeline\.", RuntimeWarning)
+            runpy.run_module(f"pipeline.{stage}", run_name="__main__")
 
 
 def tensor_digest(state: dict[str, torch.Tensor]) -> str:
