@@ -206,3 +206,17 @@ def test_no_code_swaps_the_tracking_uri_in_the_environment() -> None:
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"environ\[\s*[\"']MLFLOW_TRACKING_URI[\"']\s*\]\s*=", line)]
     assert swaps == []
+
+
+#: A lint pragma and the reason it must carry beside it (issue 50, item 5): ``# noqa: CODE
+#: (why)`` or ``# type: ignore[code] (why)``.
+PRAGMA = re.compile(r"#\s*(noqa|type:\s*ignore|pragma)\b")
+REASONED = re.compile(r"#\s*(noqa: [A-Z0-9, ]+|type: ignore\[[a-z, -]+\]) \(.+\)")
+
+
+def test_every_lint_pragma_in_the_code_says_why() -> None:
+    bare = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+            for root in ("seqcore", "pipeline") for path in sorted((REPO / root).rglob("*.py"))
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if PRAGMA.search(line) and not REASONED.search(line)]
+    assert bare == []

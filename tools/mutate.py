@@ -176,8 +176,8 @@ MUTANTS: list[Mutant] = [
            "            if True:\n                self.scaler.step(self.opt)",
            (LOOP, "-k", "non_finite")),
     Mutant("skipping: the fused optimiser steps on a non-finite norm", "seqcore/training/optim.py",
-           "opt.found_inf = None, (~norm.isfinite()).float()",
-           "opt.found_inf = None, None", (LOOP, "-k", "non_finite")),
+           "opt.found_inf = None, found_inf", "opt.found_inf = None, None",
+           (LOOP, "-k", "non_finite")),
     # -- TBPTT -------------------------------------------------------------------------------
     Mutant("TBPTT: state not detached", "seqcore/models/rnnlm.py",
            "return tuple(t.detach() for t in state)", "return tuple(state)",

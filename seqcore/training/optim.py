@@ -101,5 +101,7 @@ def clip_global_norm(model: nn.Module, clip_norm: float) -> torch.Tensor:
 def fused_step(opt: torch.optim.Optimizer, norm: torch.Tensor) -> None:
     """The fused optimiser's step, skipped on the device when ``norm`` is not finite (its
     ``found_inf``, as a GradScaler passes it): the host reads nothing back (issue 53)."""
-    opt.grad_scale, opt.found_inf = None, (~norm.isfinite()).float()  # type: ignore[attr-defined]
+    found_inf = (~norm.isfinite()).float()
+    # the attributes a GradScaler sets and torch's fused step reads
+    opt.grad_scale, opt.found_inf = None, found_inf  # type: ignore[attr-defined] (see above)
     opt.step()
