@@ -24,6 +24,7 @@ def run(cfg: Config) -> None:
 
 
 def main(cfg: Config) -> None:
+    """The stage on the loaded params: ``run`` under decode's CPU kernel profile."""
     cpu_kernels(cfg.decode.cpu_kernels, device_kind(cfg.decode.device), "decode.cpu_kernels",
                 "decode")
     run(cfg)

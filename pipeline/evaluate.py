@@ -27,6 +27,7 @@ def run(cfg: Config) -> Evaluated:
 
 
 def main(cfg: Config) -> None:
+    """The stage on the loaded params: ``run``, then its MLflow run (logged, or kept)."""
     # the teacher-forced figures run the model like decode does, under decode's profile
     cpu_kernels(cfg.decode.cpu_kernels, "cpu", "decode.cpu_kernels", "evaluate")
     out = run(cfg)

@@ -20,6 +20,7 @@ from seqcore.tasks import ignored_settings
 
 
 def main(cfg: Config) -> None:
+    """The stage on the loaded params: the workspace and host checks, then the warnings."""
     check_workspace(cfg)
     check_host(cfg)
     for warning in ignored_settings(cfg) + risky_settings(cfg):
