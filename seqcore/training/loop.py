@@ -50,8 +50,7 @@ from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, check_contract, is_ledger_step, rng_restore,
     rng_snapshot)
 from seqcore.training.dev_decode import DevScores, best_row, selection_key
-from seqcore.training.failures import (  # noqa: F401 (TrainingOutOfMemory re-exported)
-    TooManySkippedSteps, TrainingOutOfMemory, memory_stop)
+from seqcore.training.failures import TooManySkippedSteps, memory_stop
 from seqcore.training.feeds import Feed
 from seqcore.training.graphs import StepGraphs
 from seqcore.training.optim import build_optimizer, clip_global_norm, fused_step

@@ -47,6 +47,7 @@ from seqcore.signature import derived_params
 from seqcore.training.checkpoint import SCHEMA_VERSION, Checkpoint, CheckpointDir, ledger_files
 from seqcore.training.dev_decode import best_row
 from seqcore.training.distributed import World
+from seqcore.training.failures import TrainingOutOfMemory
 from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
 from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, autocast_context
 from seqcore.training.optim import build_optimizer
@@ -161,7 +162,7 @@ def test_a_step_out_of_memory_names_the_micro_batch_shape_and_the_settings_to_lo
     # issue 53: the CPU allocator's own failure (a real one: an allocation it refuses)
     loop = with_loss(plain_loop(tmp_path, examples(8), batch_size=4, accum_steps=2),
                      lambda out, step: torch.empty(2**50))  # 4 PiB
-    with pytest.raises(loop_module.TrainingOutOfMemory) as stopped:
+    with pytest.raises(TrainingOutOfMemory) as stopped:
         loop.train_step()
     assert re.fullmatch(
         r"out of cpu memory at step 1 on a micro-batch of 4 sources x \d+ positions and 4 "
