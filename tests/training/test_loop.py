@@ -1035,6 +1035,17 @@ def test_a_gpu_run_steps_with_the_fused_optimizer_and_one_read_back_a_window(
                                                  runs[1].model.parameters()))
 
 
+def steps_under_sync_check(run: TrainLoop, n: int) -> list[StepLog]:
+    """``n`` steps of ``run`` under CUDA's sync check (any copy back to the host or stream
+    wait raises), then read back."""
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = [run._step() for _ in range(n)]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return run._settle(pending)
+
+
 @pytest.mark.cuda
 @NEEDS_GPU
 @pytest.mark.parametrize("amp", ("none", "bf16"))
@@ -1043,12 +1054,7 @@ def test_a_gpu_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path, amp: st
     # back to the host or stream wait inside a step raises
     run = cuda_loop(tmp_path, amp)
     run.train_step()  # Adam's state is created at its first step
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        pending = [run._step() for _ in range(3)]
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert [e.step for e in run._settle(pending)] == [2, 3, 4]
+    assert [e.step for e in steps_under_sync_check(run, 3)] == [2, 3, 4]
 
 
 # -- the step as CUDA graphs (issue 53; seqcore/training/graphs.py) ---------------------------
@@ -1142,12 +1148,7 @@ def test_a_captured_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path) ->
     batch = run.feed.draw()
     run.feed.draw = lambda: batch  # type: ignore[method-assign] (one shape: captured at step 2)
     run.train_steps(2)
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        pending = [run._step() for _ in range(3)]
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert [e.step for e in run._settle(pending)] == [3, 4, 5]
+    assert [e.step for e in steps_under_sync_check(run, 3)] == [3, 4, 5]
     assert next(iter(run.graphs.shapes.values())).graph.graph is not None
 
 
