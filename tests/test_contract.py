@@ -22,8 +22,7 @@ def test_targets_are_inputs_shifted_left_with_eos_label_and_no_bos_label(ids: Sp
 @pytest.mark.parametrize("ids", [SpecialIds(pad=0, unk=1, bos=2, eos=3),
                                  SpecialIds(pad=9, unk=8, bos=5, eos=6)])
 def test_shift_every_target_token_and_eos_is_a_label_and_bos_never_is(ids: SpecialIds) -> None:
-    targets = [[10, 11, 12], [], [13], [14, 15]]
-    has_eos = [True, True, True, False]
+    targets, has_eos = [[10, 11, 12], [], [13], [14, 15]], [True, True, True, False]
     tf = shift_targets(targets, ids, has_eos)
     for i, (y, eos) in enumerate(zip(targets, has_eos)):
         n = len(y) + eos
@@ -45,12 +44,14 @@ def test_shift_every_target_token_and_eos_is_a_label_and_bos_never_is(ids: Speci
 
 def test_truncated_target_gets_no_eos_label(ids: SpecialIds) -> None:
     tf = shift_targets([[10, 11, 12]], ids, has_eos=[False])
-    assert tf.labels.tolist() == [[10, 11, 12]]
-    assert tf.inputs.tolist() == [[2, 10, 11]]
+    assert (tf.labels.tolist(), tf.inputs.tolist()) == ([[10, 11, 12]], [[2, 10, 11]])
     assert ids.eos not in tf.labels.tolist()[0]
 
 
-@pytest.mark.parametrize("rows", [[[5, 6, 7], [8], []], [[], []], []])
+@pytest.mark.parametrize("rows", [
+    [[5, 6, 7], [8], []], [[], []], [],
+    # True = real token: [[5, 6, 7], [8, 0, 0]] with mask [[T, T, T], [T, F, F]]
+    pytest.param([[5, 6, 7], [8]], id="test_padding_mask_polarity_true_means_real_token")])
 def test_pad_batch_pads_every_row_on_the_right_to_the_longest(rows: list[list[int]]) -> None:
     tokens, mask = pad_batch(rows, pad_id=0)
     width = max(map(len, rows), default=0)
@@ -63,12 +64,6 @@ def test_pad_batch_pads_every_row_on_the_right_to_the_longest(rows: list[list[in
 def test_causal_mask_shows_diagonal_and_hides_future() -> None:
     m = causal_mask(3)
     assert m.tolist() == [[True, False, False], [True, True, False], [True, True, True]]
-
-
-def test_padding_mask_polarity_true_means_real_token() -> None:
-    tokens, mask = pad_batch([[5, 6, 7], [8]], pad_id=0)
-    assert tokens.tolist() == [[5, 6, 7], [8, 0, 0]]
-    assert mask.tolist() == [[True, True, True], [True, False, False]]
 
 
 def test_fully_masked_rows_are_opened_so_softmax_is_finite() -> None:

@@ -1,7 +1,6 @@
 """The portable CPU kernel profile (issue 49, seqcore.kernels): the golden bytes of a tiny
 training on every AVX2 host CI gets (verified hosts: tests/golden_training.json), the proof it
 took effect, a stage's relaunch, and the profile in the contract, signature and audit replay."""
-
 from __future__ import annotations
 
 import json
@@ -23,8 +22,7 @@ from seqcore.config import Config, DecodeConfig, TrainConfig
 from seqcore.config_rules import host_problem
 from seqcore.environment import cpu_model, producing_environment
 from seqcore.kernels import (
-    PORTABLE_ENV, check_portable, cpu_flags, cpuinfo, host_capability, profile_env,
-    relaunch_env)
+    PORTABLE_ENV, check_portable, cpu_flags, cpuinfo, host_capability, profile_env, relaunch_env)
 from seqcore.signature import config_contract, decode_fields
 from seqcore.training.optim import PortableAdam, build_optimizer, ieee_sqrt
 from tests.factories import REPO, s2s_loop
@@ -87,13 +85,11 @@ def test_portable_profile_proves_it_took_effect() -> None:
     # MKL on its own vendor branch
     ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AUTO"}, "MKL ignored MKL_CBWR=COMPATIBLE"),
 ])
-def test_portable_profile_refuses_what_does_not_hold_in_one_line(env: dict[str, str],
-                                                                 named: str) -> None:
+def test_portable_profile_refuses_what_does_not_hold_in_one_line(env: dict, named: str) -> None:
     res = _check_in_child(env)
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
-    assert named in last
-    assert "set train.cpu_kernels: native to run here" in last
+    assert named in last and "set train.cpu_kernels: native to run here" in last
 
 
 def test_relaunch_env_adds_the_portable_variables_and_never_touches_native() -> None:
@@ -168,8 +164,7 @@ def test_the_committed_data_stages_reproduce_their_locked_bytes(tmp_path: Path) 
 @pytest.mark.parametrize(("flags", "level"), [
     ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, "AVX512"),
     ({"avx2", "fma", "avx512f"}, "AVX2"),  # AVX-512 foundation alone: ATen stays at AVX2
-    ({"avx2", "fma"}, "AVX2"),
-    ({"avx", "sse4_2"}, "DEFAULT"),
+    ({"avx2", "fma"}, "AVX2"), ({"avx", "sse4_2"}, "DEFAULT"),
 ])
 def test_the_hosts_kernel_level_is_read_from_its_cpu_flags(
         flags: set[str], level: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,4 @@
 """The training ledger (seqcore/ledger.py): segments, escape probability, differences."""
-
 from __future__ import annotations
 
 import math

@@ -1,7 +1,6 @@
 """Rule 9: special ids come from the tokenizer contract, never hard-coded: a SentencePiece
 model trained with non-default ids (PAD=5, UNK=6, BOS=7, EOS=4) is followed by the shift,
 padding, loss, models and decoding."""
-
 from __future__ import annotations
 
 import re

@@ -1,5 +1,4 @@
 """Batches (seqcore/sequences.py): device moves and truncated targets."""
-
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,5 @@
 """The signatures (data, tokenizer, contract, result): their format, what each holds, their
 diff, stages stopping on a mismatch, and the training contract without guards (issue 34)."""
-
 from __future__ import annotations
 
 import dataclasses
@@ -51,8 +50,7 @@ def test_stress_is_signed_and_recorded_only_for_the_cmudict_source(cfg: Config) 
         assert "data.keep_stress" not in recorded(own)
 
 
-def test_the_tokenizer_signature_is_the_contract_signature_without_the_loss(
-        cfg: Config) -> None:
+def test_the_tokenizer_signature_is_the_contract_signature_without_the_loss(cfg: Config) -> None:
     # a loss edit must not make the tokenizer stale (issue 34); the contract signature
     # extends it field for field
     tok = tokenizer_signature(cfg, CONTRACT)
@@ -187,8 +185,7 @@ def test_cuda_graphs_enter_the_contract_only_when_on_and_bring_the_fused_kernel(
 
     off = contract("off")
     assert off == contract("auto") and "train.cuda_graphs" not in off
-    assert {k: v for k, v in contract("on").items() if k not in off} == {
-        "train.cuda_graphs": "on"}
+    assert {k: v for k, v in contract("on").items() if k not in off} == {"train.cuda_graphs": "on"}
     on_cpu = contract("on", "auto")  # this machine's auto is the CPU: run eagerly, fused Adam
     assert (on_cpu["train.cuda_graphs"], on_cpu["train.optimizer_kernel"]) == ("on", "fused")
 

@@ -1,6 +1,5 @@
 """Strict JSON everywhere: an undefined metric is ``null`` with a reason, never a bare NaN, and
 the JSON writer refuses NaN outright (issue 13)."""
-
 from __future__ import annotations
 
 import json
@@ -17,15 +16,11 @@ from seqcore.nulls import null_undefined
 from seqcore.metrics.recompute import recompute_metrics
 
 
-def one_token_rows() -> list[PredictionRow]:
-    """Single-token hypotheses: no bigram exists, so the repeated-bigram rate is 0 / 0."""
-    return [PredictionRow(str(i), str(i), f"w{i}", "AH", "<unk>", [1], ["<unk>"], -1.0, -1.0,
-                          1, True, []) for i in range(3)]
-
-
 def test_an_undefined_metric_is_null_with_a_reason(tmp_path: Path) -> None:
+    # single-token hypotheses: no bigram exists, so the repeated-bigram rate is 0 / 0
     path = tmp_path / "test.jsonl"
-    Predictions(one_token_rows()).save(path)
+    Predictions([PredictionRow(str(i), str(i), f"w{i}", "AH", "<unk>", [1], ["<unk>"], -1.0, -1.0,
+                               1, True, []) for i in range(3)]).save(path)
     metrics = recompute_metrics(path, config_from_dict({}), is_illegal_phoneme)
     rep = metrics["failures"]["repeated_ngrams"]
     assert rep == {"count": 0, "ngrams": 0, "rate": None, "rate_null_reason":

@@ -1,5 +1,4 @@
 """seqcore/text.py's fast paths give exactly the answers of the rules they stand for."""
-
 from __future__ import annotations
 
 import unicodedata

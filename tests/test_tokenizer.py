@@ -1,5 +1,4 @@
 """SentencePiece tokenizers: special-token text stays text, pinned ids, round-trip report."""
-
 from __future__ import annotations
 
 from pathlib import Path

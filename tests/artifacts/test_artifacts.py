@@ -11,6 +11,7 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,8 +54,9 @@ ROW = PredictionRow("w1", "g", "cat", "K AE T", "K AE T", [5, 6, 7], ["K", "AE",
 LM_SHAPE = RNNLMShape("gru", 7, 4, 8, 1, 0.0, 0)
 
 
-def stable_json(path: Path) -> dict:
-    """``path``'s JSON, checked to be written in the stages' stable form."""
+def saved(artifact: Any, path: Path) -> dict:
+    """``artifact`` saved at ``path``; the JSON written, checked to be the stages' stable form."""
+    artifact.save(path)
     data = json.loads(path.read_text())
     assert path.read_text() == json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return data
@@ -62,10 +64,8 @@ def stable_json(path: Path) -> dict:
 
 def test_tokenizer_contract_reads_back_what_it_writes_in_the_stable_json_form(
         tmp_path: Path) -> None:
-    path = tmp_path / "contract.json"
-    CONTRACT.save(path)
-    assert TokenizerContract.load(path) == CONTRACT
-    data = stable_json(path)
+    data = saved(CONTRACT, tmp_path / "contract.json")
+    assert TokenizerContract.load(tmp_path / "contract.json") == CONTRACT
     assert data["format"] == 2 and "casefold_target" not in data["normalization"]
     assert "auto_chosen" not in data["src"] and data["tgt"]["auto_chosen"]
 
@@ -139,18 +139,17 @@ def test_a_header_written_before_tuned_on_existed_reads_as_settings_set_by_hand(
 def test_reports_read_back_what_they_write(tmp_path: Path) -> None:
     metrics = Metrics({"examples": 24, "test_sequences": 24, "exact_match": 0.25,
                        "hypothesis_unk": {"rate": 0.0}})
-    metrics.save(tmp_path / "metrics.json")
+    assert saved(metrics, tmp_path / "metrics.json") == metrics.values
     assert Metrics.load(tmp_path / "metrics.json") == metrics
     assert metrics.count("examples") == 24 and metrics.count("missing") is None
     results = Results({"signature": "task:g2p|fmt:1", "checkpoints": "checkpoints/abc"})
-    results.save(tmp_path / "results.json")
+    saved(results, tmp_path / "results.json")
     back = Results.load(tmp_path / "results.json")
     assert back == results and (back.signature, back.checkpoints) == (
         "task:g2p|fmt:1", "checkpoints/abc")
     for head, keys in ((Headline(3.5, 0.25, 0.125), ["per", "ppl", "wer"]),
                        (Headline(3.5, error_rates=False), ["ppl"])):
-        head.save(tmp_path / "headline.json")
-        assert list(json.loads((tmp_path / "headline.json").read_text())) == keys
+        assert list(saved(head, tmp_path / "headline.json")) == keys
         assert Headline.load(tmp_path / "headline.json") == head
 
 
@@ -192,30 +191,42 @@ LM_TRAINED = TrainMetrics(4, 80, 0, 0, math.inf, 3.0, 4,
 def test_data_and_training_records_read_back_what_they_write_in_the_stable_json_form(
         artifact: Coverage | PreparedManifest | EncodedManifest | TrainMetrics,
         tmp_path: Path) -> None:
-    path = tmp_path / "record.json"
-    artifact.save(path)
-    assert type(artifact).load(path) == artifact
     # the manifests carry their version; the files DVC shows as metrics do not (its tables
     # would list the field beside the figures)
-    assert stable_json(path).get("schema_version") == (
+    assert saved(artifact, tmp_path / "record.json").get("schema_version") == (
         1 if isinstance(artifact, (PreparedManifest, EncodedManifest)) else None)
+    assert type(artifact).load(tmp_path / "record.json") == artifact
 
 
-def header_at(path: Path) -> Path:
-    """The predictions file whose header is ``path`` (``<name>.header.json``)."""
-    return path.with_name(path.name.replace(".header.json", ".jsonl"))
+Write = Callable[[Path], object]
+Load = Callable[[Path], object]
+
+
+def text(content: str) -> Write:
+    return lambda path: path.write_text(content)
+
+
+def header(edit: Callable[[dict], dict]) -> Write:
+    """Writes an lm predictions header at ``path`` (test.header.json), then ``edit`` of it."""
+    def write(path: Path) -> None:
+        PredictionsHeader(DecodeConfig(), "c" * 64, 0, task="lm").save(path.parent / "test.jsonl")
+        path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    return write
+
+
+def load_header(path: Path) -> PredictionsHeader:
+    return PredictionsHeader.load(path.parent / "test.jsonl")
 
 
 @pytest.mark.parametrize(("save", "load"), [
     (PREPARED.save, PreparedManifest.load), (ENCODED.save, EncodedManifest.load),
     (Results({"signature": "task:g2p|fmt:1"}).save, Results.load),
-    (lambda path: PredictionsHeader(DecodeConfig(), "c" * 64, 0, task="lm").save(
-        header_at(path)), lambda path: PredictionsHeader.load(header_at(path)))],
+    (header(lambda d: d), load_header)],
     ids=["prepared-manifest", "encoded-manifest", "results", "predictions-header"])
 def test_a_file_written_before_it_carried_its_version_reads_as_version_1(
-        save: Callable[[Path], None], load: Callable[[Path], object], tmp_path: Path) -> None:
+        save: Write, load: Load, tmp_path: Path) -> None:
     # the outputs of locks before 2026-12-05 have no schema_version field: version 1
-    path = tmp_path / "file.header.json"
+    path = tmp_path / "test.header.json"
     save(path)
     written = load(path)
     data = json.loads(path.read_text())
@@ -225,25 +236,21 @@ def test_a_file_written_before_it_carried_its_version_reads_as_version_1(
 
 
 def test_coverage_and_manifests_keep_their_file_layout(tmp_path: Path) -> None:
-    COVERAGE.save(tmp_path / "coverage.json")
-    data = json.loads((tmp_path / "coverage.json").read_text())
+    data = saved(COVERAGE, tmp_path / "coverage.json")
     assert set(data) == {"train", "test", "tokenizer"}
     assert data["train"]["tgt"] == {"rows": 9, "rows_with_unk": 1, "tokens": 30,
                                     "unk_tokens": 2, "unk_rate": round(2 / 30, 6)}
     assert data["train"]["drop_rate"] == 0.1 and data["test"]["src"]["unk_rate"] == 0.0
-    PREPARED.save(tmp_path / "prepared.json")
-    data = json.loads((tmp_path / "prepared.json").read_text())
+    data = saved(PREPARED, tmp_path / "prepared.json")
     assert data["raw"]["label"] == "data/raw/cmudict.dict"
     assert data["rows"] == {"train": 360, "dev": 40} and data["cut_by_max_pairs"] == 10
-    ENCODED.save(tmp_path / "encoded.json")
-    assert json.loads((tmp_path / "encoded.json").read_text())["counts"]["train"]["kept"] == 358
+    assert saved(ENCODED, tmp_path / "encoded.json")["counts"]["train"]["kept"] == 358
 
 
 def test_undefined_training_figures_are_written_as_null_with_their_reason_and_kept_on_rewrite(
         tmp_path: Path) -> None:
     path = tmp_path / "train_metrics.json"
-    LM_TRAINED.save(path)
-    data = json.loads(path.read_text())
+    data = saved(LM_TRAINED, path)
     assert data["best_dev_nll"] is None and "no dev evaluation" in data["best_dev_nll_null_reason"]
     assert data["lm"]["test_ppl_carried"] is None and data["lm"]["test_ppl_carried_null_reason"]
     back = TrainMetrics.load(path)
@@ -306,28 +313,8 @@ def test_train_log_writes_the_bytes_of_csv_writer_and_reads_them_back_nan_cells_
 
 # -- a file this code cannot read: refused in one line naming it --------------------------------
 
-Write = Callable[[Path], object]
-Load = Callable[[Path], object]
-
-
-def text(content: str) -> Write:
-    return lambda path: path.write_text(content)
-
-
-def header(edit: Callable[[dict], dict]) -> Write:
-    """Writes an lm predictions header at ``path`` (test.header.json), then ``edit`` of it."""
-    def write(path: Path) -> None:
-        PredictionsHeader(DecodeConfig(), "c" * 64, 0, task="lm").save(path.parent / "test.jsonl")
-        path.write_text(json.dumps(edit(json.loads(path.read_text()))))
-    return write
-
-
 def decode(edit: Callable[[dict], dict]) -> Write:
     return header(lambda d: d | {"decode": edit(d["decode"])})
-
-
-def load_header(path: Path) -> PredictionsHeader:
-    return PredictionsHeader.load(path.parent / "test.jsonl")
 
 
 def refusal(old_id: str, name: str, write: Write, load: Load, match: str) -> object:

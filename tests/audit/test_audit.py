@@ -36,8 +36,9 @@ CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "fet
           "package versions"]
 
 
-def copied(result: tuple[Path, str], tmp_path: Path) -> Path:
-    return shutil.copytree(result[0], tmp_path / "copy", symlinks=True)
+@pytest.fixture
+def copied(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
+    return shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
 
 
 def store(repo: Path, **search: object) -> tuple[mlflow.MlflowClient, list[Run]]:
@@ -115,9 +116,9 @@ TAMPERING = {
 
 
 @pytest.mark.slow
-def test_untampered_result_passes_every_check(audit_result: tuple[Path, str], tmp_path: Path,
+def test_untampered_result_passes_every_check(copied: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    report = run_audit(copied(audit_result, tmp_path), monkeypatch, replay=3)
+    report = run_audit(copied, monkeypatch, replay=3)
     assert report.ok, report.render()
     assert list(report.checks) == CHECKS
     assert set(report.status.values()) <= {"ok", "WARNING"}
@@ -125,14 +126,12 @@ def test_untampered_result_passes_every_check(audit_result: tuple[Path, str], tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(TAMPERING))
-def test_audit_catches_tampering(kind: str, audit_result: tuple[Path, str], tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_catches_tampering(kind: str, copied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tamper, expected = TAMPERING[kind]
-    repo = copied(audit_result, tmp_path)
-    tamper(repo)
+    tamper(copied)
     # "at least these checks fail" needs only those; "only the MLflow check fails" needs all
     whole = kind == "change an MLflow param"
-    report = run_audit(repo, monkeypatch,
+    report = run_audit(copied, monkeypatch,
                        only=() if whole else tuple(c for c in CHECKS if c in expected))
     assert not report.ok
     assert expected <= set(report.failed()), report.render()
@@ -143,11 +142,9 @@ def test_audit_catches_tampering(kind: str, audit_result: tuple[Path, str], tmp_
 
 @pytest.mark.slow
 def test_only_runs_the_named_checks_and_the_verdict_names_them(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
-    repo = copied(audit_result, tmp_path)
-    edit_metric(repo)  # caught by "evaluate redone" and "mlflow run", not by "counts"
-    report = run_audit(repo, monkeypatch, only=("counts", "mlflow run"))
+        copied: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    edit_metric(copied)  # caught by "evaluate redone" and "mlflow run", not by "counts"
+    report = run_audit(copied, monkeypatch, only=("counts", "mlflow run"))
     assert list(report.checks) == ["counts", "mlflow run"]
     assert report.failed() == ["mlflow run"], report.render()
     assert report.render().endswith("audit: FAILED (mlflow run) [only: counts, mlflow run]")
@@ -190,18 +187,15 @@ def test_every_stage_prints_the_signature_of_what_its_outputs_depend_on(
 
 
 @pytest.mark.slow
-def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
-        audit_result: tuple[Path, str], tmp_path: Path) -> None:
-    repo = copied(audit_result, tmp_path)
-    header = repo / "predictions/test.header.json"
+def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(copied: Path) -> None:
+    header = copied / "predictions/test.header.json"
     data = json.loads(header.read_text())
     data["signature"] = data["signature"].replace("maxtgt:32", "maxtgt:31")
     header.write_text(json.dumps(data))
-    res = subprocess.run([stage_python(), "-m", "pipeline.evaluate"], cwd=repo, env=tool_env(),
+    res = subprocess.run([stage_python(), "-m", "pipeline.evaluate"], cwd=copied, env=tool_env(),
                          capture_output=True, text=True)
     assert res.returncode != 0
-    assert "contract mismatch: predictions/test.jsonl against tokenizer/contract.json" \
-        in res.stderr
+    assert "contract mismatch: predictions/test.jsonl against tokenizer/contract.json" in res.stderr
     assert "maxtgt: '31' != '32'" in res.stderr
 
 
@@ -320,15 +314,14 @@ def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
 
 @pytest.mark.slow
 def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        copied: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 30: with the result already local, `dvc repro` sends nothing to a team server.
-    repo = copied(audit_result, tmp_path)
     (tmp_path / "team").mkdir()
     target = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
-    res = subprocess.run([stage_python(), "-m", "pipeline.copy_run", "--to", target], cwd=repo,
+    res = subprocess.run([stage_python(), "-m", "pipeline.copy_run", "--to", target], cwd=copied,
                          env=tool_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
-    source, (src,) = store(repo, order_by=["attributes.start_time DESC"], max_results=1)
+    source, (src,) = store(copied, order_by=["attributes.start_time DESC"], max_results=1)
     team, (dst,) = store(tmp_path / "team")
     assert f"as run {dst.info.run_id}" in res.stdout
     assert (dst.info.run_name, dst.data.params, dst.data.metrics) == (
@@ -341,13 +334,13 @@ def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
     assert team.search_model_versions("name='seqcore-g2p'")  # the model registered there too
     monkeypatch.setenv("MLFLOW_TRACKING_URI", target)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
-    with contextlib.chdir(repo):
+    with contextlib.chdir(copied):
         report = audit(AuditOptions(only=("evaluate redone", "mlflow run")))
     assert report.ok, report.render()
 
     # A source run that is not the workspace's result is refused, and nothing is copied.
     key = sorted(src.data.metrics)[0]
     source.log_metric(src.info.run_id, key, src.data.metrics[key] + 1)
-    with contextlib.chdir(repo), pytest.raises(CopyError, match="is not the workspace's result"):
-        copy_run(load_config("params.yaml"), f"sqlite:///{repo / 'mlflow.db'}", target)
+    with contextlib.chdir(copied), pytest.raises(CopyError, match="is not the workspace's result"):
+        copy_run(load_config("params.yaml"), f"sqlite:///{copied / 'mlflow.db'}", target)
     assert len(team.search_runs([dst.info.experiment_id])) == 1

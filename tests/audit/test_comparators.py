@@ -18,6 +18,7 @@ from pathlib import Path
 import mlflow
 import pytest
 import torch
+from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit.mlflow_run import mlflow_diffs, tag_diffs
 from pipeline.audit.rederive import training_diffs
@@ -55,15 +56,11 @@ def png(rgb: list[tuple[int, int, int]]) -> bytes:
             + chunk(b"IEND", b""))
 
 
-def one_byte_changed(data: bytes, at: int) -> bytes:
-    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
-
-
 PLOT = png([(255, 0, 0), (0, 0, 255)])
 # Byte 19 is the low byte of the IHDR width (8 signature + 4 length + 4 "IHDR" + 3).
-PLOT_FORGED = one_byte_changed(PLOT, 19)
+PLOT_FORGED = PLOT[:19] + bytes([PLOT[19] ^ 1]) + PLOT[20:]
 WEIGHTS_BLOB = b"\x80\x02}q\x00(X\x01\x00\x00\x00wq\x01G?\xf0\x00\x00\x00\x00\x00\x00u."
-WEIGHTS_FORGED = one_byte_changed(WEIGHTS_BLOB, 20)
+WEIGHTS_FORGED = WEIGHTS_BLOB[:20] + bytes([WEIGHTS_BLOB[20] ^ 1]) + WEIGHTS_BLOB[21:]
 VOCAB, VOCAB_FORGED = b"<pad>\x00<unk>\nab\n", b"<pad>\x00<unk>\nac\n"  # "b" is byte 13
 
 # (name, file version, recomputed version, the one expected line): each recomputed version
@@ -127,40 +124,32 @@ TREE = {"test.jsonl": b'{"id": "1", "hyp": "K AE T"}\n',
         "header.json": b'{"n": 2}\n'}
 
 
-@pytest.mark.parametrize(("changed", "want"), [
-    ({}, []),
-    ({"sub/rows.tsv": b"id\thyp\n1\tK AE T\n2\tD AO D\n"},
+@pytest.mark.parametrize(("left", "right", "want"), [
+    ({}, {}, []),
+    ({}, {"sub/rows.tsv": b"id\thyp\n1\tK AE T\n2\tD AO D\n"},
      ['predictions/sub/rows.tsv: line 3: column hyp: file has "D AO G", recomputed has "D AO D"']),
-    ({"__pycache__/x.pyc": b"\0"}, []),
-    ({"__pycache__/x.pyc": b"\0", "header.json": b'{"n": 3}\n'},
+    ({}, {"__pycache__/x.pyc": b"\0"}, []),
+    ({}, {"__pycache__/x.pyc": b"\0", "header.json": b'{"n": 3}\n'},
      ["predictions/header.json: field n: file has 2, recomputed has 3"]),
+    ({}, {"sub/extra.txt": b"x\n"}, ["predictions/sub/extra.txt: only in recomputed"]),
+    ({"sub/extra.txt": b"x\n"}, {}, ["predictions/sub/extra.txt: only in file"]),
+    ({}, None, ["predictions: missing in recomputed"]),  # None: no such folder
 ], ids=["test_two_identical_folders_give_no_difference",
         "test_a_file_of_a_folder_is_compared_by_its_own_kind_and_named_by_its_path",
         "test_ignored_folder_entries_are_ignored_and_a_difference_beside_them_is_not",
-        "a-difference-beside-ignored-entries"])
+        "a-difference-beside-ignored-entries",
+        "test_a_folder_with_one_extra_file_is_one_line_naming_it_and_its_side",
+        "test_a_folder_with_one_extra_file_is_one_line_naming_it_and_its_side-reversed",
+        "test_a_missing_side_is_one_line_naming_it"])
 def test_each_file_of_a_folder_is_compared_by_its_kind_save_the_ignored_entries(
-        changed: dict[str, bytes], want: list[str], tmp_path: Path) -> None:
-    a, b = write_tree(tmp_path / "a", TREE), write_tree(tmp_path / "b", TREE | changed)
+        left: dict[str, bytes], right: dict[str, bytes] | None, want: list[str],
+        tmp_path: Path) -> None:
+    a = write_tree(tmp_path / "a", TREE | left)
+    b = tmp_path / "none" if right is None else write_tree(tmp_path / "b", TREE | right)
     assert path_differences("predictions", SIDES, a, b) == want
 
 
-def test_a_folder_with_one_extra_file_is_one_line_naming_it_and_its_side(tmp_path: Path) -> None:
-    a = write_tree(tmp_path / "a", TREE)
-    b = write_tree(tmp_path / "b", TREE | {"sub/extra.txt": b"x\n"})
-    assert path_differences("predictions", SIDES, a, b) == [
-        "predictions/sub/extra.txt: only in recomputed"]
-    assert path_differences("predictions", SIDES, b, a) == [
-        "predictions/sub/extra.txt: only in file"]
-
-
-def test_a_missing_side_is_one_line_naming_it(tmp_path: Path) -> None:
-    a = write_tree(tmp_path / "a", TREE)
-    assert path_differences("predictions", SIDES, a, tmp_path / "none") == [
-        "predictions: missing in recomputed"]
-
-
 # --- the training record against its checkpoint (pipeline/audit/rederive.training_diffs) ----
-
 HISTORY = [StepLog(1, 0, 0.5, 2.5, 10, 1.0, 0, float("nan"), 0.0),
            StepLog(2, 0, 0.25, 1.25, 12, 0.5, 0, 1.75, 0.0)]
 STATE = {"step": 2, "tokens": 22, "skipped": 0, "consecutive_skips": 0, "best_dev": 1.75,
@@ -176,20 +165,11 @@ def weights(at_1_0: float = 3.0) -> dict[str, torch.Tensor]:
             "decoder.out.bias": torch.tensor([0.5, -0.5])}
 
 
-@dataclass
-class TrainingRecord:
-    """A finished two-step run's files, each written as the train stage writes it."""
-
-    cfg: Config
-    checkpoint: Path
-
-    def diffs(self, meta: ModelMeta = META) -> list[str]:
-        return training_diffs(self.cfg, meta, self.checkpoint.parent)
-
-
 def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
                     log: list[StepLog] | None = None, counters: TrainMetrics = COUNTERS,
-                    history: list[StepLog] = HISTORY) -> TrainingRecord:
+                    history: list[StepLog] = HISTORY) -> tuple[Config, Path]:
+    """A finished two-step run's files, each written as the train stage writes it: the config
+    naming them and the run's last checkpoint."""
     cfg = config_from_dict({"paths": {k: str(tmp / f"{k}{ext}") for k, ext in (
         ("model", ".pt"), ("train_log", ".csv"), ("train_metrics", ".json"),
         ("results", ".json"))}})
@@ -199,29 +179,29 @@ def training_record(tmp: Path, model: dict[str, torch.Tensor] | None = None,
     TrainLog(tuple(log or HISTORY)).save(cfg.paths.train_log)
     counters.save(cfg.paths.train_metrics)
     ModelFile(model or weights(), META).save(cfg.paths.model)
-    return TrainingRecord(cfg, ckpt)
+    return cfg, ckpt
 
 
 @pytest.mark.parametrize(("forged", "want"), [
-    ({}, lambda rec: []),
+    ({}, lambda cfg, ckpt: []),
     ({"model": weights(float(torch.nextafter(torch.tensor(3.0), torch.tensor(4.0))))},
-     lambda rec: [  # 3.0 plus one ulp
-        f"model weights: file {rec.cfg.paths.model} and checkpoint {rec.checkpoint} differ "
+     lambda cfg, ckpt: [  # 3.0 plus one ulp
+        f"model weights: file {cfg.paths.model} and checkpoint {ckpt} differ "
         "(first tensor encoder.embed.weight)"]),
-    ({"log": [HISTORY[0], replace(HISTORY[1], loss=1.5)]}, lambda rec: [  # loss 1.25 -> 1.5
-        f"{rec.cfg.paths.train_log}: line 3, column loss: file {rec.cfg.paths.train_log} has "
-        f"'1.5', checkpoint {rec.checkpoint} has '1.25'"]),
-    ({"counters": replace(COUNTERS, tokens=23)}, lambda rec: [
-        f"{rec.cfg.paths.train_metrics}: field tokens: file has 23, checkpoints and model file "
+    ({"log": [HISTORY[0], replace(HISTORY[1], loss=1.5)]}, lambda cfg, ckpt: [  # loss 1.25 -> 1.5
+        f"{cfg.paths.train_log}: line 3, column loss: file {cfg.paths.train_log} has '1.5', "
+        f"checkpoint {ckpt} has '1.25'"]),
+    ({"counters": replace(COUNTERS, tokens=23)}, lambda cfg, ckpt: [
+        f"{cfg.paths.train_metrics}: field tokens: file has 23, checkpoints and model file "
         "give 22"]),
 ], ids=["test_a_training_record_that_matches_its_checkpoint_gives_no_difference",
         "test_model_weights_differing_in_one_element_are_one_line_naming_both_files_and_the_tensor",
         "test_a_train_log_cell_differing_from_the_checkpoint_history_is_one_line_naming_it",
         "test_a_train_metrics_counter_differing_from_the_checkpoint_is_one_line_naming_it"])
 def test_a_training_file_differing_from_its_checkpoint_is_one_line_naming_both_and_the_place(
-        forged: dict, want: Callable[[TrainingRecord], list[str]], tmp_path: Path) -> None:
-    rec = training_record(tmp_path, **forged)
-    assert rec.diffs() == want(rec)
+        forged: dict, want: Callable[[Config, Path], list[str]], tmp_path: Path) -> None:
+    cfg, ckpt = training_record(tmp_path, **forged)
+    assert training_diffs(cfg, META, ckpt.parent) == want(cfg, ckpt)
 
 
 def test_dev_decoding_figures_and_a_wer_selection_are_checked_against_the_checkpoint(
@@ -232,20 +212,19 @@ def test_dev_decoding_figures_and_a_wer_selection_are_checked_against_the_checkp
                replace(HISTORY[1], dev_wer=0.5, dev_per=0.2, dev_exact_multi_ref=0.5)]
     counters = replace(COUNTERS, best_dev_wer=0.5, best_dev_wer_step=2, selected_dev_wer=0.5,
                        selected_dev_per=0.2)
-    rec = training_record(tmp_path, log=decoded, counters=counters, history=decoded)
-    assert rec.diffs() == []
-    tm = rec.cfg.paths.train_metrics
+    cfg, ckpt = training_record(tmp_path, log=decoded, counters=counters, history=decoded)
+    assert training_diffs(cfg, META, ckpt.parent) == []
+    tm = cfg.paths.train_metrics
     replace(counters, best_dev_wer_step=1).save(tm)  # step 1 has no dev NLL: not a candidate
-    assert rec.diffs() == [
-        f"{tm}: field best_dev_wer_step: file has 1, checkpoint {rec.checkpoint} gives 2"]
+    assert training_diffs(cfg, META, ckpt.parent) == [
+        f"{tm}: field best_dev_wer_step: file has 1, checkpoint {ckpt} gives 2"]
     counters.save(tm)
-    diffs = rec.diffs(replace(META, select="best_dev_wer", selected_step=1))
-    assert (f"model file meta: selected step 1, but checkpoint {rec.checkpoint} chooses step 2 "
+    diffs = training_diffs(cfg, replace(META, select="best_dev_wer", selected_step=1), ckpt.parent)
+    assert (f"model file meta: selected step 1, but checkpoint {ckpt} chooses step 2 "
             "under train.select best_dev_wer") in diffs
 
 
 # --- the MLflow run against the pipeline record (pipeline/audit/mlflow_run.mlflow_diffs) --------
-
 RUN_ID = "r1"
 LOCK = "stages:\n  train:\n    outs:\n    - path: models/model.pt\n      md5: aa\n" \
        "  evaluate:\n    outs:\n    - path: reports/metrics.json\n      md5: bb\n"
@@ -263,8 +242,7 @@ RECORD = RunRecord(
     datasets=[{"name": f"cmudict-{split}", "digest": f"{i}" * 32, "source_type": "dvc",
                "source": f'{{"path": "data/prepared/{split}.jsonl"}}',
                "profile": f'{{"rows": {100 + i}}}', "context": context}
-              for i, (split, context) in enumerate((("train", "training"),
-                                                    ("test", "testing")))])
+              for i, (split, context) in enumerate((("train", "training"), ("test", "testing")))])
 
 
 @dataclass
@@ -298,16 +276,12 @@ def audit_run(logged: LoggedRun, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> 
     exp = client.create_experiment("seqcore-g2p", (tmp / "mlartifacts").as_uri())
     tags = dict(logged.tags)
     run_id = client.create_run(exp, run_name=tags.pop("mlflow.runName")).info.run_id
-    for key, value in logged.params.items():
-        client.log_param(run_id, key, value)
-    for key, value in logged.metrics.items():
-        if key not in logged.history:
-            client.log_metric(run_id, key, value, step=0)
-    for key, entries in logged.history.items():
-        for step, value in entries:
-            client.log_metric(run_id, key, value, step=step)
-    for key, value in tags.items():
-        client.set_tag(run_id, key, value)
+    client.log_batch(run_id, params=[Param(k, v) for k, v in logged.params.items()],
+                     tags=[RunTag(k, v) for k, v in tags.items()],
+                     metrics=[Metric(k, v, 0, 0) for k, v in logged.metrics.items()
+                              if k not in logged.history]
+                     + [Metric(k, v, 0, step) for k, entries in logged.history.items()
+                        for step, v in entries])
     write_tree(tmp / "logged", logged.artifacts)
     client.log_artifacts(run_id, str(tmp / "logged"))
     if logged.datasets:
@@ -420,20 +394,15 @@ def test_the_audit_names_the_code_that_audits_and_whether_the_results_code_diffe
     # issue 33: audit a colleague's result with your own checkout (--root) and be told so
     mine, theirs = tmp_path / "mine", tmp_path / "theirs"
     for root in (mine, theirs):
-        (root / "seqcore").mkdir(parents=True)
-        (root / "pipeline").mkdir()
-        (root / "seqcore" / "a.py").write_text("x = 1\n")
-        (root / "pipeline" / "b.py").write_text("y = 2\n")
+        write_tree(root, {"seqcore/a.py": b"x = 1\n", "pipeline/b.py": b"y = 2\n"})
     assert code_line(mine, mine).endswith("audits the result in this checkout: the same code")
     assert code_line(mine, theirs).endswith(f"the result in {theirs}: the same code")
-    (theirs / "seqcore" / "a.py").write_text("x = 2\n")
-    (theirs / "pipeline" / "c.py").write_text("")
+    write_tree(theirs, {"seqcore/a.py": b"x = 2\n", "pipeline/c.py": b""})
     line = code_line(mine, theirs)
     assert line.endswith("its code differs in 2 file(s): pipeline/c.py, seqcore/a.py"), line
     assert f"code at {mine} (commit none)" in line  # not a git checkout
 
 
-# -- the audit's comparisons (issue 32: edges mutants found; was tests/test_rule_edges.py) --
 def test_numbers_compare_equal_only_within_the_stated_tolerance_and_nan_only_to_nan() -> None:
     sides = ("file", "run")
     assert number_diffs("m", sides, {"a": math.nan}, {"a": math.nan}) == []

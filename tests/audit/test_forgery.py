@@ -53,15 +53,17 @@ def stages_of(repo: Path, paths: tuple[str, ...]) -> list[str]:
                    for f in (*stage.get("deps", []), *stage.get("outs", [])))]
 
 
-def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch, *edited: str) -> None:
-    """`dvc commit -f` of the ``edited`` files' stages (so the run names a consistent lock),
-    the evaluate stage in-process (it logs a new MLflow run), then `dvc commit -f` of it."""
+def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                   *edited: str) -> tuple[mlflow.MlflowClient, str]:
+    """`dvc commit -f` of the ``edited`` files' stages (so the run names a consistent lock), the
+    evaluate stage in-process, then `dvc commit -f` of it; returns the new MLflow run it logs."""
     if edited:
         dvc_commit(repo, *stages_of(repo, edited))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with contextlib.chdir(repo):
         evaluate.main(load_params("params.yaml"))
     dvc_commit(repo, "evaluate")
+    return latest_run(repo)
 
 
 def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
@@ -70,6 +72,13 @@ def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
     exp = client.get_experiment_by_name("seqcore-g2p")
     run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
     return client, run.info.run_id
+
+
+@pytest.fixture
+def repo(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
+    """A `copy_result`: the copy's store keeps its artifacts in the copy, so what the forger
+    logs (evaluate's new run, edited artifacts) never lands in the shared result."""
+    return copy_result(audit_result[0], tmp_path / "copy")
 
 
 def rewrite_jsonl(path: Path, edit: Callable[[list[dict]], list[dict]]) -> None:
@@ -143,18 +152,16 @@ def rewritten_references(repo: Path, mp: pytest.MonkeyPatch) -> None:
 
 
 def changed_perplexity(repo: Path, mp: pytest.MonkeyPatch) -> None:
-    rerun_evaluate(repo, mp)  # a run of this copy's own, to edit
+    client, rid = rerun_evaluate(repo, mp)  # a run of this copy's own, to edit
     path = repo / "reports/metrics.json"
     metrics = rewrite_json(path, lambda m: m.update(test_perplexity=m["test_perplexity"] / 4))
-    client, rid = latest_run(repo)
     client.log_metric(rid, "test_perplexity", metrics["test_perplexity"], step=0)
     client.log_text(rid, path.read_text(), "reports/metrics.json")
     dvc_commit(repo, "evaluate")
 
 
 def edited_report_and_buckets(repo: Path, mp: pytest.MonkeyPatch) -> None:
-    rerun_evaluate(repo, mp)
-    client, rid = latest_run(repo)
+    client, rid = rerun_evaluate(repo, mp)
     for rel, old, new in (("reports/report.md", "sequences.", "sequences (checked)."),
                           ("reports/buckets.csv", "\n1-4,", "\n1-3,")):
         replace_once(repo / rel, old, new)
@@ -174,8 +181,7 @@ def edited_train_log(repo: Path, mp: pytest.MonkeyPatch) -> None:
 
 def edited_mlflow_run(repo: Path, mp: pytest.MonkeyPatch) -> None:
     """A tag, a step metric and an artifact edited in the run (three separate findings)."""
-    rerun_evaluate(repo, mp)
-    client, rid = latest_run(repo)
+    client, rid = rerun_evaluate(repo, mp)
     client.set_tag(rid, "seqcore.version", "9.9.9")
     client.log_metric(rid, "loss/train", 0.01, step=3)
     client.log_text(rid, "forged\n", "reports/report.md")
@@ -219,12 +225,8 @@ FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(FORGERIES))
 def test_the_audit_redoes_what_a_consistent_forger_edits(
-        kind: str, audit_result: tuple[Path, str], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        kind: str, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     forge, expected, message = FORGERIES[kind]
-    # copy_result: the copy's store keeps its artifacts in the copy, so what the forger logs
-    # (evaluate's new run, edited artifacts) never lands in the shared result
-    repo = copy_result(audit_result[0], tmp_path / "copy")
     forge(repo, monkeypatch)
     report = run_audit(repo, monkeypatch)
     rendered = report.render()
@@ -237,18 +239,16 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
 
 @pytest.mark.slow
 def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: a copy of the genuine run with a better WER, started earlier (the audit's
     # run is the latest), sits beside the real one in the MLflow UI claiming the same result
-    repo = copy_result(audit_result[0], tmp_path / "copy")
     client, rid = latest_run(repo)
     real = client.get_run(rid)
     forged = client.create_run(real.info.experiment_id, start_time=real.info.start_time - 60_000,
                                tags={k: v for k, v in real.data.tags.items()
                                      if k != "mlflow.runName"}, run_name="baseline-forged")
     metrics = dict(real.data.metrics, word_error_rate=real.data.metrics["word_error_rate"] / 2)
-    client.log_batch(forged.info.run_id,
-                     metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+    client.log_batch(forged.info.run_id, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
                      params=[Param(k, v) for k, v in real.data.params.items()])
     report = run_audit(repo, monkeypatch, only=("mlflow run",))
     assert report.failed() == ["mlflow run"], report.render()
@@ -260,9 +260,8 @@ def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
 
 @pytest.mark.slow
 def test_the_audit_compares_the_run_logged_for_this_result_not_the_latest_run(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: a later run of another result (another dvc.lock) is not this result's run
-    repo = copy_result(audit_result[0], tmp_path / "copy")
     client, rid = latest_run(repo)
     real = client.get_run(rid)
     client.create_run(real.info.experiment_id, start_time=real.info.start_time + 60_000,
@@ -275,10 +274,9 @@ def test_the_audit_compares_the_run_logged_for_this_result_not_the_latest_run(
 
 @pytest.mark.slow
 def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_replay(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: the forger trains on the test rows, puts the train rows back and lets DVC and
     # the pipeline make all else agree (ledger, log, lock, MLflow run): only a replay can tell
-    repo = copy_result(audit_result[0], tmp_path / "copy")
     train, manifest = repo / "data/encoded/train.jsonl", repo / "data/encoded/manifest.json"
     genuine, genuine_manifest = train.read_bytes(), manifest.read_bytes()
     train.write_bytes((repo / "data/encoded/test.jsonl").read_bytes())
@@ -312,7 +310,7 @@ def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
     params = repo / "params.yaml"
     pin = hashlib.sha256(raw.read_bytes()).hexdigest()
     params.write_text(re.sub(r"sha256: \S+", f"sha256: {pin}", params.read_text(), count=1))
-    dvc_commit(repo)
+    dvc_commit(repo)  # every stage
     report = run_audit(repo, monkeypatch, only=("fetch redone",))
     rendered = report.render()
     assert report.failed() == ["fetch redone"], rendered
@@ -322,9 +320,8 @@ def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
 
 @pytest.mark.slow
 def test_a_different_environment_warns_and_fails_under_strict_env(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the producing environment lives in the MLflow run (issue 34), not in a DVC-tracked file
-    repo = copy_result(audit_result[0], tmp_path / "copy")
     client, rid = latest_run(repo)
     client.set_tag(rid, "env.torch", "1.0.0")
     report = run_audit(repo, monkeypatch)
@@ -389,11 +386,10 @@ def test_rebuild_names_the_first_divergent_stage() -> None:
 
 @pytest.mark.slow
 def test_committing_a_changed_result_as_documented_keeps_its_audit_passing(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 30's false alarm: a run named after the params it changed, then committed with
     params.yaml, dvc.lock and reports as documented; the audit rebuilds the record against the
     commit the run recorded, not the result's own (where nothing differs)."""
-    repo = copy_result(audit_result[0], tmp_path / "copy")
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params.setdefault("evaluate", {})["bucket_edges"] = [3, 5]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from pipeline.audit import checks, replay
-from pipeline.audit.replay import capability_env
 from seqcore import environment
 from seqcore.audit import AuditReport
 from seqcore.blobs import save_blob
@@ -70,8 +69,6 @@ def test_a_fresh_start_clears_the_ledger_of_an_earlier_run(tmp_path: Path) -> No
     assert steps(fresh.ckpt.ledger) == [0]
 
 
-# --- which segments: the last always, the others drawn by the seed --------------------------
-
 def test_the_last_segment_is_always_chosen_and_the_seed_fixes_the_others() -> None:
     picks = {tuple(choose(30, 3, seed)) for seed in range(40)}
     assert all(p[-1] == 30 and len(p) == 3 and len(set(p)) == 3 for p in picks)
@@ -99,7 +96,6 @@ def test_the_escape_probability_of_a_forger_is_the_hypergeometric_miss() -> None
 
 
 # --- the comparison of two states, bit for bit ----------------------------------------------
-
 def state(**over: object) -> dict:
     base = {"model": {"w": torch.tensor([1.0, 2.0, float("nan")])},
             "optimizer": {"state": {0: {"step": torch.tensor(3.0)}}},
@@ -134,14 +130,11 @@ def test_a_dtype_a_missing_key_and_a_log_cell_are_differences() -> None:
     assert first_difference({"n": 1}, {"n": 1.0}) == "['n']: ledger 1, replay 1.0"
 
 
-# --- the segments of a ledger folder --------------------------------------------------------
-
 def test_segments_run_between_consecutive_states_and_need_the_first(tmp_path: Path) -> None:
     for step in (0, 250, 500, 612):
         save_blob(tmp_path / f"ckpt-{step:08d}.pt", {"step": step})
     found = ledger_segments(tmp_path)
-    assert [s.label() for s in found] == ["segment 1 (steps 0->250)",
-                                          "segment 2 (steps 250->500)",
+    assert [s.label() for s in found] == ["segment 1 (steps 0->250)", "segment 2 (steps 250->500)",
                                           "segment 3 (steps 500->612)"]
     assert found[1] == Segment(2, tmp_path / "ckpt-00000250.pt", tmp_path / "ckpt-00000500.pt")
     (tmp_path / "ckpt-00000000.pt").unlink()
@@ -150,8 +143,6 @@ def test_segments_run_between_consecutive_states_and_need_the_first(tmp_path: Pa
     with pytest.raises(FileNotFoundError, match="no ledger states"):
         ledger_segments(tmp_path / "absent")
 
-
-# --- the CPU kernels of the replay ----------------------------------------------------------
 
 @pytest.mark.parametrize(("here", "recorded", "env"), [
     ("AVX512", "AVX2", {"ATEN_CPU_CAPABILITY": "avx2"}),  # a lower level: taken
@@ -164,10 +155,8 @@ def test_segments_run_between_consecutive_states_and_need_the_first(tmp_path: Pa
 def test_the_replay_takes_the_cpu_level_the_run_records_when_this_host_has_it(
         here: str, recorded: str | None, env: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pipeline.audit.replay.host_capability", lambda: here)
-    assert capability_env(recorded) == env
+    assert replay.capability_env(recorded) == env
 
-
-# --- a replay on another CPU model ----------------------------------------------------------
 
 @pytest.mark.parametrize(("trained_on", "strict", "status", "kernels"), [
     ("Same CPU", False, "MISMATCH", "native"),  # the CPU model the run records: it fails

@@ -18,7 +18,7 @@ from seqcore.config import BaselineConfig, ConfigError, config_from_dict, load_c
 from seqcore.data.examples import Example
 from seqcore.tasks.parallel.baseline import skip_reason
 from seqcore.tasks import task_checked
-from tests.pipeline_helpers import run_stage
+from tests.pipeline_helpers import merge, run_stage
 
 #: A lexicon small enough to read: consonant-vowel-consonant words of two vowels.
 WORDS = [("cat", "K AE T"), ("bat", "B AE T"), ("cab", "K AE B"), ("tab", "T AE B"),
@@ -106,8 +106,7 @@ def test_a_tool_killed_by_a_signal_is_one_line_naming_it_and_the_signal(tmp_path
     assert "lower it, or set baseline.kind: none" in message
 
 
-def test_a_tool_failing_with_a_status_is_one_line_naming_it_and_the_status(
-        tmp_path: Path) -> None:
+def test_a_tool_failing_with_a_status_is_one_line_naming_it_and_the_status(tmp_path: Path) -> None:
     absent = tmp_path / "absent.tsv"
     with pytest.raises(ps.BaselineError) as err:
         ps.run_tool("phonetisaurus-align", [f"--input={absent}", f"--ofile={tmp_path / 'c'}"])
@@ -128,12 +127,9 @@ def test_training_on_rows_none_of_which_align_stops(tmp_path: Path) -> None:
         ps.train(lexicon([("x", "EH K S"), ("q", "K Y UW W")]), tmp_path, LOW_ORDER)
 
 
-def example(source: str) -> Example:
-    return Example(source, source, source, "A B", [1], [1], True)
-
-
 def test_auto_trains_for_g2p_and_for_word_pairs_and_skips_sentences() -> None:
-    words, sentences = [example("cat"), example("dog")], [example("the cat"), example("dog")]
+    words, sentences = [[Example(s, s, s, "A B", [1], [1], True) for s in sources]
+                        for sources in (["cat", "dog"], ["the cat", "dog"])]
     user = {"task": "parallel", "data": {"source": "tsv", "path": "x.tsv"},
             "paths": {"raw": "data/raw/x.tsv"}}
     assert skip_reason(config_from_dict({"task": "g2p"}), sentences) is None
@@ -218,8 +214,7 @@ def test_unalignable_rows_above_the_reject_rate_stop_the_stage_after_listing_the
     # every one listed, with its text (source TAB target, the TAB escaped)
     assert rejects and all(r.split("\t")[4][0] in letters and r.endswith("\\tEH K S")
                            for r in rejects)
-    res = run_stage(tmp_path, "baseline", SPLITS | {"data": {**SPLITS["data"],
-                                                             "max_reject_rate": 0.2}})
+    res = run_stage(tmp_path, "baseline", merge(SPLITS, {"data": {"max_reject_rate": 0.2}}))
     assert res.returncode == 0, res.stderr
     record = BaselineRecord.load(tmp_path / "baseline")
     assert record.present and sum((record.rejected or {}).values()) == len(rejects)

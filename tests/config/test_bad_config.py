@@ -119,22 +119,20 @@ def test_bad_config_stops_the_stage_with_one_line_and_status_2(tmp_path: Path, s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
 
 
-def test_validate_stage_accepts_the_repository_params(tmp_path: Path) -> None:
-    res = run_stage("validate", tmp_path, (REPO / "params.yaml").read_text())
-    assert res.returncode == 0 and res.stderr == "[validate] params ok\n"
-
-
-def test_settings_the_strategy_ignores_warn_in_one_line_each_and_do_not_stop(
-        tmp_path: Path) -> None:
-    res = run_stage("validate", tmp_path, over(
-        {"decode": {"strategy": "greedy", "n_best": 3, "top_k": 5, "beam_size": 8}}))
-    assert res.returncode == 0, res.stderr
-    assert res.stderr.splitlines() == [
-        "[validate] warning: decode.n_best = 3 is ignored: only decode.strategy beam reads it "
-        "(decode.strategy is greedy)",
-        "[validate] warning: decode.top_k = 5 is ignored: only decode.strategy sample reads it "
-        "(decode.strategy is greedy)",
-        "[validate] params ok"]  # beam_size: set for beam by default, never warned about
+@pytest.mark.parametrize("text, lines", [
+    pytest.param((REPO / "params.yaml").read_text(), ["[validate] params ok"],
+                 id="test_validate_stage_accepts_the_repository_params"),
+    pytest.param(over({"decode": {"strategy": "greedy", "n_best": 3, "top_k": 5, "beam_size": 8}}),
+                 ["[validate] warning: decode.n_best = 3 is ignored: only decode.strategy beam "
+                  "reads it (decode.strategy is greedy)",
+                  "[validate] warning: decode.top_k = 5 is ignored: only decode.strategy sample "
+                  "reads it (decode.strategy is greedy)",
+                  "[validate] params ok"],  # beam_size: set for beam by default, never warned about
+                 id="test_settings_the_strategy_ignores_warn_in_one_line_each_and_do_not_stop")])
+def test_good_params_pass_validate_with_one_warning_per_ignored_setting(
+        tmp_path: Path, text: str, lines: list[str]) -> None:
+    res = run_stage("validate", tmp_path, text)
+    assert (res.returncode, res.stderr) == (0, "".join(f"{line}\n" for line in lines))
 
 
 def test_a_special_id_beyond_an_auto_vocabulary_stops_the_tokenizer_in_one_line(
@@ -152,11 +150,8 @@ def test_a_special_id_beyond_an_auto_vocabulary_stops_the_tokenizer_in_one_line(
 
 CHECK_MODULES = (REPO / "seqcore/config.py", REPO / "pipeline/stage.py")
 STAGES = list(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"])
-
-
-def _functions(path: Path) -> dict[str, ast.FunctionDef]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+FUNCS = {n.name: n for p in CHECK_MODULES  # their top-level functions, by name
+         for n in ast.parse(p.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)}
 
 
 def _called(node: ast.AST) -> set[str]:
@@ -168,23 +163,20 @@ def _called(node: ast.AST) -> set[str]:
 def config_checks() -> set[str]:
     """The functions of CHECK_MODULES that can refuse a configuration, directly (raise
     ConfigError, _fail, exit with CONFIG_ERROR_STATUS) or through another of them."""
-    funcs = {k: v for p in CHECK_MODULES for k, v in _functions(p).items()}
-    direct = {name for name, f in funcs.items()
+    checks = {name for name, f in FUNCS.items()
               if any(isinstance(n, ast.Name) and n.id in ("ConfigError", "CONFIG_ERROR_STATUS")
                      for n in ast.walk(f)) or "_fail" in _called(f)}
-    checks = set(direct)
-    while more := {name for name, f in funcs.items() if _called(f) & checks} - checks:
+    while more := {name for name, f in FUNCS.items() if _called(f) & checks} - checks:
         checks |= more
     return checks
 
 
 def checks_called_by(stage: str) -> set[str]:
     """The checks the stage calls, and those they call (stage_main calls load)."""
-    funcs = {k: v for p in CHECK_MODULES for k, v in _functions(p).items()}
     checks = config_checks()
     found = _called(ast.parse((REPO / f"pipeline/{stage}.py").read_text(encoding="utf-8")))
     found &= checks
-    while more := {c for f in found for c in _called(funcs[f]) & checks} - found:
+    while more := {c for f in found for c in _called(FUNCS[f]) & checks} - found:
         found |= more
     return found
 

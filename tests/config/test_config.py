@@ -21,13 +21,14 @@ from seqcore.config_rules import SS_CAP_WITH_SMOOTHING, risky_settings
 from tests.factories import REPO
 from tests.pipeline_helpers import merge, nested
 
+RAW = yaml.safe_load((REPO / "params.yaml").read_text())
+WRITTEN = flatten(RAW)
+
 
 def test_repository_params_load_and_the_config_holds_every_value_written_there() -> None:
-    cfg = load_config(REPO / "params.yaml")
-    written = flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
-    loaded = flatten(as_dict(cfg))
-    assert written and set(written) <= set(loaded)  # no key dropped or renamed on the way
-    assert {k: loaded[k] for k in written} == written  # and no value coerced or replaced
+    loaded = flatten(as_dict(load_config(REPO / "params.yaml")))
+    assert WRITTEN and set(WRITTEN) <= set(loaded)  # no key dropped or renamed on the way
+    assert {k: loaded[k] for k in WRITTEN} == WRITTEN  # and no value coerced or replaced
 
 
 #: The keys `pipeline.tune --write` set in params.yaml (issue 52); the code keeps the hand values
@@ -39,10 +40,9 @@ TUNED = {"decode.beam_size": 1, "decode.alpha": 0.0, "decode.rescore_weight": 0.
 def test_code_defaults_equal_params_yaml() -> None:
     """One set of defaults (issue 11): params.yaml lists every leaf, each equal to the dataclass
     default except the tuned decode keys (``TUNED``)."""
-    written = flatten(yaml.safe_load((REPO / "params.yaml").read_text()))
     defaults = flatten(as_dict(Config()))
-    assert sorted(written) == sorted(defaults)
-    assert {k: v for k, v in written.items() if defaults[k] != v} == TUNED
+    assert sorted(WRITTEN) == sorted(defaults)
+    assert {k: v for k, v in WRITTEN.items() if defaults[k] != v} == TUNED
 
 
 @pytest.mark.parametrize("raw, message", [
@@ -117,29 +117,22 @@ def _numbers(hint: object) -> bool:
 
 def _is_list(key: str) -> bool:
     """Whether the config field ``key`` takes a list (alone or beside a word such as auto)."""
-    cls: object = Config
-    *sections, name = key.split(".")
-    for part in sections:
-        cls = typing.get_type_hints(cls)[part]
-    hint = typing.get_type_hints(cls)[name]
+    hint: object = Config
+    for part in key.split("."):
+        hint = typing.get_type_hints(hint)[part]
     return any(typing.get_origin(h) is tuple for h in (hint, *typing.get_args(hint)))
 
 
-def _numeric_keys() -> set[str]:
+def _numeric_keys(cls: type = Config, prefix: str = "") -> set[str]:
     """Dotted names of every int/float field (tuples of numbers included) of the config tree."""
     keys: set[str] = set()
-
-    def walk(cls: type, prefix: str) -> None:
-        for f in dataclasses.fields(cls):
-            hint = typing.get_type_hints(cls)[f.name]
-            args = set(typing.get_args(hint)) - {Ellipsis}
-            if dataclasses.is_dataclass(hint):
-                walk(hint, f"{prefix}{f.name}.")
-            elif _numbers(hint) or (typing.get_origin(hint) in (typing.Union, types.UnionType)
-                                    and any(_numbers(a) for a in args)):
-                keys.add(prefix + f.name)
-
-    walk(Config, "")
+    for f in dataclasses.fields(cls):
+        hint = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(hint):
+            keys |= _numeric_keys(hint, f"{prefix}{f.name}.")
+        elif _numbers(hint) or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                                and any(_numbers(a) for a in typing.get_args(hint))):
+            keys.add(prefix + f.name)
     return keys
 
 
@@ -207,9 +200,8 @@ def test_the_full_profile_overrides_existing_keys_with_valid_values(amp: str) ->
     flags, pairs = words[words.index("-S")::2], words[words.index("-S") + 1::2]
     assert set(flags) == {"-S"}  # nothing but overrides after the first
     overrides = {key: yaml.safe_load(value) for key, value in (p.split("=", 1) for p in pairs)}
-    raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    assert set(overrides) <= set(flatten(raw)), set(overrides) - set(flatten(raw))
-    cfg = config_from_dict(merge(raw, nested(overrides)))
+    assert set(overrides) <= set(WRITTEN), set(overrides) - set(WRITTEN)
+    cfg = config_from_dict(merge(RAW, nested(overrides)))
     shape = cfg.model.transformer
     assert (shape.enc_layers, shape.dec_layers, shape.d_model, shape.d_ff) == (3, 3, 256, 1024)
     assert cfg.train.amp == amp and cfg.train.max_steps == 12000

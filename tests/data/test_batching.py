@@ -1,5 +1,4 @@
 """Length-bucketed batches (seqcore/data/batching.py)."""
-
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,5 @@
 """Coverage (seqcore/data/coverage.py): UNK and drop rates per split, and the guards that stop
 on them."""
-
 from __future__ import annotations
 
 import pytest
@@ -13,7 +12,6 @@ from seqcore.data.records import Pair, Reject
 from seqcore.tasks import get_task
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from tests.factories import IDS
-
 
 E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 
@@ -71,9 +69,8 @@ def test_coverage_problems_say_which_figures_are_over_and_which_parameters_to_ch
 
 
 def test_min_split_rows_bounds_dev_and_test_never_train() -> None:
-    cov = {"train": SplitCoverage(CLEAN, CLEAN, 2, 2, 0),
-           "dev": SplitCoverage(CLEAN, CLEAN, 3, 3, 0),
-           "test": SplitCoverage(CLEAN, CLEAN, 3, 3, 0)}
+    rows = {"train": 2, "dev": 3, "test": 3}
+    cov = {s: SplitCoverage(CLEAN, CLEAN, n, n, 0) for s, n in rows.items()}
     assert coverage_problems(cov, 0.1, 0.5, 3) == []
 
 

@@ -1,6 +1,5 @@
 """Encoded examples (seqcore/data/examples.py): fields kept, length rejects named, the
 length limits at their edge."""
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +11,6 @@ from seqcore.data.examples import Example, encode_pairs
 from seqcore.data.records import Pair, Reject
 from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from tests.factories import IDS
-
 
 E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 

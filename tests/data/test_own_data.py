@@ -1,6 +1,5 @@
 """A user's own data and bad input: every guard stops with a message, nothing is lost or kept
 silently, and a UNK is never counted as correct (issue 13)."""
-
 from __future__ import annotations
 
 import json
@@ -65,10 +64,9 @@ def test_teacher_forced_accuracy_never_counts_a_unk_label_as_correct() -> None:
 
 
 def test_metrics_report_the_hypotheses_unk_rate_with_its_denominator() -> None:
-    def row(pieces: list[str]) -> PredictionRow:
-        return PredictionRow("i", "g", "s", "r", "h", [], pieces, 0.0, 0.0, len(pieces), True, [])
-
-    got = hypothesis_unk_rate([row(["K", UNK_PIECE, "T"]), row(["A"])])
+    rows = [PredictionRow("i", "g", "s", "r", "h", [], pieces, 0.0, 0.0, len(pieces), True, [])
+            for pieces in (["K", UNK_PIECE, "T"], ["A"])]
+    got = hypothesis_unk_rate(rows)
     assert got == {"unk_tokens": 1, "tokens": 4, "unk_rate": 0.25, "rows_with_unk": 1}
 
 
@@ -95,23 +93,21 @@ def test_an_unknown_stretch_counts_one_token_per_character_against_the_length_li
     assert [(r.line, r.reason, r.action) for r in rejects] == [(2, "overlong-source", "dropped")]
 
 
-def _cov(split_rates: dict[str, tuple[int, int]], read: int = 20, dropped: int = 0
-         ) -> dict[str, SplitCoverage]:
+def _problems(split_rates: dict[str, tuple[int, int]], read: int = 20, dropped: int = 0
+              ) -> list[str]:
     ok = UnkStats(read, 0, 100, 0)
-    return {s: SplitCoverage(ok, UnkStats(read, unk, tokens, unk), read, read - dropped,
-                             dropped) for s, (unk, tokens) in split_rates.items()}
+    cov = {s: SplitCoverage(ok, UnkStats(read, unk, tokens, unk), read, read - dropped, dropped)
+           for s, (unk, tokens) in split_rates.items()}
+    return coverage_problems(cov, 0.01, 0.05, 1)
 
 
 def test_coverage_problems_name_the_figures_and_the_parameters_to_change() -> None:
-    (msg,) = coverage_problems(_cov({"train": (204, 268), "dev": (0, 10), "test": (0, 10)}),
-                               0.01, 0.05, 1)
+    (msg,) = _problems({"train": (204, 268), "dev": (0, 10), "test": (0, 10)})
     assert "tgt UNK rate train 76.1% (204/268 tokens" in msg
     assert "tokenizer.tgt_model_type" in msg and "tokenizer.max_unk_rate 0.01" in msg
-    (msg,) = coverage_problems(_cov({"train": (0, 268), "dev": (1, 10), "test": (0, 10)}),
-                               0.01, 0.05, 1)
+    (msg,) = _problems({"train": (0, 268), "dev": (1, 10), "test": (0, 10)})
     assert "never seen in train" in msg and "raise tokenizer.max_unk_rate" in msg
-    msg, _ = coverage_problems(_cov({"train": (0, 9), "test": (0, 9)}, read=400, dropped=381),
-                               0.01, 0.05, 1)
+    msg, _ = _problems({"train": (0, 9), "test": (0, 9)}, read=400, dropped=381)
     assert msg.startswith("train: 381 of 400 rows (95.2%) dropped as over-long > "
                           "sequence.max_drop_rate 0.05")
     small = {"train": SplitCoverage(UnkStats(1, 0, 1, 0), UnkStats(1, 0, 1, 0), 9, 9, 0),
@@ -123,8 +119,7 @@ def test_coverage_problems_name_the_figures_and_the_parameters_to_change() -> No
 
 # --- a new input at decode time ------------------------------------------------------------
 @pytest.mark.parametrize("raw, problem", [
-    ("", "empty input"),
-    ("   ", "empty input"),
+    ("", "empty input"), ("   ", "empty input"),
     ("c\u00e1t\u00e9", "not in the source vocabulary: 'á' (U+00E1 LATIN SMALL LETTER A WITH "
                        "ACUTE), 'é' (U+00E9 LATIN SMALL LETTER E WITH ACUTE)"),
     ("cat" * 11, "33 tokens > sequence.max_src_len 32 the model was trained with"),
@@ -161,8 +156,7 @@ def test_the_mlflow_experiment_is_named_after_the_task_and_the_data_unless_set()
     assert experiment_name(config_from_dict(user | {"mlflow": {"experiment": "mine"}})) == "mine"
 
 
-def test_targets_keep_their_case_unless_asked_and_nfkc_changes_are_recorded(
-        tmp_path: Path) -> None:
+def test_targets_keep_their_case_unless_asked_and_nfkc_changes_are_recorded(tmp_path: Path) -> None:
     path = tmp_path / "user.tsv"
     path.write_text("K AE T\tCat\nF IH SH\t\ufb01sh\n", encoding="utf-8")
     res = read_pairs(path, "tsv", "skip", "nfkc", True)
@@ -182,11 +176,13 @@ def test_the_rejects_report_escapes_control_bytes(tmp_path: Path) -> None:
 
 
 # --- stage-level guards (real stages, a tiny user TSV) -------------------------------------
-def _user_tsv(work: Path, rows: list[str], encoding: str = "utf-8") -> None:
-    """The user's rows in data/external/user.tsv, fetched."""
+def _prepared(work: Path, rows: list[str], overrides: dict | None = None,
+              encoding: str = "utf-8") -> subprocess.CompletedProcess:
+    """The user's rows in data/external/user.tsv, fetched; the prepare stage run on them."""
     (work / "data/external").mkdir(parents=True, exist_ok=True)
     (work / "data/external/user.tsv").write_bytes("".join(r + "\n" for r in rows).encode(encoding))
     assert run_stage(work, "fetch").returncode == 0
+    return run_stage(work, "prepare", overrides)
 
 
 def _stopped(res: subprocess.CompletedProcess) -> str:
@@ -200,9 +196,8 @@ SPLITTING = {"data": {"dev_fraction": 0.3, "test_fraction": 0.3, "min_split_rows
 
 @pytest.mark.slow
 def test_prepare_stops_on_an_empty_test_split_naming_the_fractions(tmp_path: Path) -> None:
-    _user_tsv(tmp_path, [f"w{i}\tT {i}" for i in range(30)])
-    res = run_stage(tmp_path, "prepare", {"data": {"dev_fraction": 0.3, "test_fraction": 0.0,
-                                                   "min_split_rows": 1}})
+    res = _prepared(tmp_path, [f"w{i}\tT {i}" for i in range(30)],
+                    {"data": SPLITTING["data"] | {"test_fraction": 0.0}})
     assert _stopped(res).startswith(
         "[prepare] test has 0 rows (data.test_fraction 0.0) of 30 kept rows, fewer than "
         "data.min_split_rows 1; raise data.dev_fraction / data.test_fraction")
@@ -213,9 +208,8 @@ def test_prepare_stops_on_an_empty_test_split_naming_the_fractions(tmp_path: Pat
 def test_a_mostly_unk_configuration_stops_at_the_tokenizer_stage(tmp_path: Path) -> None:
     # Like P2G with the G2P tokenizer defaults: symbols to words, and a word model of at most
     # 44 pieces for ~90 distinct training words.
-    _user_tsv(tmp_path, [f"{' '.join(format(i, '08b').replace('0', 'A').replace('1', 'B'))}"
-                         f"\tx{i:03d}" for i in range(150)])
-    assert run_stage(tmp_path, "prepare", SPLITTING).returncode == 0
+    assert _prepared(tmp_path, [f"{' '.join(format(i, '08b').replace('0', 'A').replace('1', 'B'))}"
+                                f"\tx{i:03d}" for i in range(150)], SPLITTING).returncode == 0
     res = run_stage(tmp_path, "tokenizer", SPLITTING | {"tokenizer": {
         "src_model_type": "char", "src_vocab_size": 40, "tgt_model_type": "word",
         "tgt_vocab_size": 44}})
@@ -234,10 +228,9 @@ def test_a_mostly_unk_configuration_stops_at_the_tokenizer_stage(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_rows_dropped_for_length_above_the_ceiling_stop_the_tokenizer_stage(
-        tmp_path: Path) -> None:
-    _user_tsv(tmp_path, [f"{'abcdefgh'[: 2 + i % 6]}\tW {i}" for i in range(40)])
-    assert run_stage(tmp_path, "prepare", SPLITTING).returncode == 0
+def test_rows_dropped_for_length_above_the_ceiling_stop_the_tokenizer_stage(tmp_path: Path) -> None:
+    rows = [f"{'abcdefgh'[: 2 + i % 6]}\tW {i}" for i in range(40)]
+    assert _prepared(tmp_path, rows, SPLITTING).returncode == 0
     res = run_stage(tmp_path, "tokenizer", SPLITTING | {"sequence": {
         "max_src_len": 3, "overlong": "drop"}})
     assert res.returncode == 1
@@ -262,9 +255,8 @@ def test_one_target_over_max_target_share_of_the_train_rows_stops_prepare_in_one
         tmp_path: Path, same: int, stops: bool) -> None:
     # 150 rows, all in train: `same` of them share one target. 75/150 is exactly the
     # default share 0.5 (allowed), 76/150 is above it (a constant model would look trained).
-    _user_tsv(tmp_path, [f"w{i:03d}\t{'K AE T' if i < same else f'T{i:03d}'}"
-                         for i in range(150)])
-    res = run_stage(tmp_path, "prepare")
+    res = _prepared(tmp_path, [f"w{i:03d}\t{'K AE T' if i < same else f'T{i:03d}'}"
+                               for i in range(150)])
     if not stops:
         assert res.returncode == 0, res.stderr
         return
@@ -286,8 +278,7 @@ def test_a_target_copying_its_source_is_counted_spaces_and_case_aside() -> None:
 def test_targets_copying_their_sources_stop_prepare_in_one_line(tmp_path: Path) -> None:
     # 100 rows whose second column repeats the first (a broken export): a model that copies
     # its input would score WER 0
-    _user_tsv(tmp_path, [f"word{i:03d}\tword{i:03d}" for i in range(100)])
-    assert _stopped(run_stage(tmp_path, "prepare")) == (
+    assert _stopped(_prepared(tmp_path, [f"word{i:03d}\tword{i:03d}" for i in range(100)])) == (
         "[prepare] 100.0% of the 100 train rows have a target equal to their source (spaces "
         "and case aside), more than data.max_copy_share 0.9: a model that copies its input "
         "would look trained; check the columns of data/external/user.tsv, or raise "
@@ -301,9 +292,8 @@ def test_a_windows_1252_file_losing_a_third_of_its_rows_stops_prepare_naming_the
         tmp_path: Path) -> None:
     # 300 rows; every third word is accented and saved as Windows-1252, not UTF-8: those 100
     # lines are invalid UTF-8 and dropped. The rejects file is written before the stop.
-    _user_tsv(tmp_path, [f"{'caf' + chr(233) if i % 3 == 0 else 'w'}{i:03d}\tK AE T{i % 7}"
-                         for i in range(300)], "cp1252")
-    assert _stopped(run_stage(tmp_path, "prepare")) == (
+    rows = [f"{'caf' + chr(233) if i % 3 == 0 else 'w'}{i:03d}\tK AE T{i % 7}" for i in range(300)]
+    assert _stopped(_prepared(tmp_path, rows, encoding="cp1252")) == (
         "[prepare] 100 of the 300 rows read from data/external/user.tsv were dropped (33.3%: "
         "invalid-utf8 100), more than data.max_reject_rate 0.05: a run would learn from what "
         "is left without a word; every row is listed in reports/data_rejects.tsv. Fix the file "
@@ -312,6 +302,5 @@ def test_a_windows_1252_file_losing_a_third_of_its_rows_stops_prepare_naming_the
     assert len(rejects) == 101 and all("\tinvalid-utf8\t" in r for r in rejects[1:])
     assert not (tmp_path / "data/prepared/manifest.json").exists()
     # at the limit it runs: 15 of 300 dropped is exactly 0.05
-    _user_tsv(tmp_path, [f"{'caf' + chr(233) if i % 20 == 0 else 'w'}{i:03d}\tK AE T{i % 7}"
-                         for i in range(300)], "cp1252")
-    assert run_stage(tmp_path, "prepare").returncode == 0
+    rows = [f"{'caf' + chr(233) if i % 20 == 0 else 'w'}{i:03d}\tK AE T{i % 7}" for i in range(300)]
+    assert _prepared(tmp_path, rows, encoding="cp1252").returncode == 0

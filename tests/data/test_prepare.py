@@ -1,5 +1,4 @@
 """The prepare step (seqcore/data/prepare.py): formats, data settings and per-split counts."""
-
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +31,7 @@ def test_prepared_summary_counts_rows_groups_rejects_and_variants_per_split() ->
         groups={"train": 2, "dev": 1, "test": 1},
         rejects={"dropped": {"duplicate": 1}, "altered": {"bom-stripped": 1},
                  "ignored": {"blank-line": 1}},
-        variants={"sources_with_variants": 1, "variant_rows": 2,
-                  "sources_in_several_groups": 0})
+        variants={"sources_with_variants": 1, "variant_rows": 2, "sources_in_several_groups": 0})
 
 
 def test_input_format_accepts_each_parallel_format_and_names_them_when_refusing() -> None:

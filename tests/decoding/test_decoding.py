@@ -1,10 +1,8 @@
 """Decoding rules: greedy, beam search and sampling over real and oracle models."""
-
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Self
 
@@ -26,15 +24,6 @@ SRC_V, TGT_V = 11, 13
 #: PAD and BOS are never outputs (what the factory bans).
 RULES = Masking(banned=(IDS.pad, IDS.bos))
 EOS_SETTINGS = (2.0, 5.0)  # (weight scale, EOS logit bias): mixed lengths
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models: one intra-op thread is faster (and immune to a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def varied_model(family: str, seed: int = 0) -> EncoderDecoder:
@@ -163,8 +152,7 @@ def test_beam_of_one_equals_greedy(family: str) -> None:
 def test_cached_decoding_matches_full_recompute(family: str) -> None:
     model, (src, mask) = varied_model(family), source_batch(5)
     caps, ex_ids = [12, 5, 12, 8, 12], ["a", "b", "c", "d", "e"]
-    beam = BeamSettings(3, 3, "gnmt", 0.6)
-    temp = SamplingSettings(temperature=1.3, top_k=6, top_p=0.9, seed=7)
+    beam, temp = BeamSettings(3, 3, "gnmt", 0.6), SamplingSettings(1.3, 6, 0.9, 7)
     runs = {}
     for cache in (True, False):
         runs[cache] = (
@@ -174,23 +162,25 @@ def test_cached_decoding_matches_full_recompute(family: str) -> None:
     for with_cache, without in zip(runs[True], runs[False], strict=True):
         assert [h.tokens for h in with_cache] == [h.tokens for h in without]
         assert [h.eos for h in with_cache] == [h.eos for h in without]
-        assert [h.score for h in with_cache] == pytest.approx([h.score for h in without],
-                                                              abs=1e-4)
+        assert [h.score for h in with_cache] == pytest.approx([h.score for h in without], abs=1e-4)
 
 
-@pytest.mark.parametrize("norm", ["none", "avg", "gnmt"])
-def test_wide_beam_equals_exhaustive_search(norm: str) -> None:
-    model, max_len = Oracle(seed=5), 6
-    firsts = [5, 10, 26]  # 10 and 26: a stop bound at the next length only would stop early
-    src = torch.tensor([[f] for f in firsts])
+@pytest.mark.parametrize(("norm", "eos_bias", "firsts", "n_best"), [
+    # sources 10 and 26: a stop bound at the next length only would stop early
+    *[pytest.param(norm, 0.0, [5, 10, 26], 1, id=norm) for norm in ("none", "avg", "gnmt")],
+    pytest.param("avg", 1.0, [6], 4, id="test_wide_beam_n_best_equals_exhaustive_top_n")])
+def test_wide_beam_equals_exhaustive_search(norm: str, eos_bias: float, firsts: list[int],
+                                            n_best: int) -> None:
+    model, max_len, src = Oracle(seed=5, eos_bias=eos_bias), 6, torch.tensor([[f] for f in firsts])
     # 5120 = 5 * 4**5 slots: every candidate of every step fits, so only the stop rule prunes.
     got = beam_search(model, src, ones(src), IDS, max_len,
-                      BeamSettings(5120, 1, norm, 0.8))  # type: ignore[arg-type]
+                      BeamSettings(5120, n_best, norm, 0.8))  # type: ignore[arg-type]
     lp = lambda n: float(length_penalty(torch.tensor(n), norm, 0.8))  # noqa: E731
     for first, nbest in zip(firsts, got, strict=True):
-        table = enumerate_all(model, first, max_len)
-        toks, score, eos = max(table, key=lambda r: r[1] / lp(len(r[0]) + r[2]))
-        assert (nbest[0].tokens, nbest[0].eos) == (toks, eos)
+        table = sorted(enumerate_all(model, first, max_len),
+                       key=lambda r: -r[1] / lp(len(r[0]) + r[2]))  # stable: ties keep order
+        toks, score, eos = table[0]
+        assert [(h.tokens, h.eos) for h in nbest] == [r[::2] for r in table[:n_best]]
         assert nbest[0].score == pytest.approx(score, abs=1e-4)
         assert nbest[0].norm_score == pytest.approx(score / lp(len(toks) + eos), abs=1e-4)
 
@@ -204,13 +194,6 @@ def test_normalisations_choose_different_outputs_on_the_oracle() -> None:
         best.append(max(table, key=lambda r: r[1] / lp(len(r[0]) + r[2]))[::2])
     assert len(set(map(str, best))) == 3 and any(eos for _, eos in best)
     assert not all(eos for _, eos in best)  # a truncated output wins under some norm
-
-
-def test_wide_beam_n_best_equals_exhaustive_top_n() -> None:
-    model, src = Oracle(seed=5, eos_bias=1.0), torch.tensor([[6]])
-    got = beam_search(model, src, ones(src), IDS, 6, BeamSettings(5120, 4, "avg"))[0]
-    table = sorted(enumerate_all(model, 6, 6), key=lambda r: -r[1] / (len(r[0]) + r[2]))
-    assert [(h.tokens, h.eos) for h in got] == [(t, e) for t, e in [r[::2] for r in table[:4]]]
 
 
 def test_beam_ties_go_to_the_lower_token_then_the_earlier_hypothesis() -> None:

@@ -1,5 +1,4 @@
 """make_decoder (seqcore/decoding/factory.py) holds every setting of the decode section."""
-
 from __future__ import annotations
 
 import math

@@ -1,5 +1,4 @@
 """Greedy decoding (seqcore/decoding/greedy.py)."""
-
 from __future__ import annotations
 
 import math

@@ -1,5 +1,4 @@
 """Decoded prediction rows (seqcore/decoding/predictions.py): EOS and truncation."""
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +18,7 @@ def greedy_rows(eos_bias: float, max_len: int) -> list[PredictionRow]:
     model = tiny_model("gru", enc_layers=1, dec_layers=1)
     with torch.no_grad():
         model.proj.bias[IDS.eos] += eos_bias
-    data = [Example(str(i), str(i), f"s{i}", "4 5", [4 + i, 5, 6], [4, 5], True)
-            for i in range(3)]
+    data = [Example(str(i), str(i), f"s{i}", "4 5", [4 + i, 5, 6], [4, 5], True) for i in range(3)]
     decoder = make_decoder(DecodeConfig(strategy="greedy", max_len=max_len), IDS)
     return decode_examples(model, data, decoder, IDS, IdPieces(), 2)  # type: ignore[arg-type]
 

@@ -80,8 +80,7 @@ def test_inverse_cdf_draws_by_cumulative_probability_and_never_a_masked_token() 
 def test_top_p_stops_at_the_token_whose_mass_reaches_p_exactly() -> None:
     scores = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
     assert torch.softmax(scores, -1)[0, 0] == 0.5  # the mass is exact in float32
-    kept = ~torch.isinf(top_p(scores, 0.5))
-    assert kept.tolist() == [[True, False, False]]
+    assert (~torch.isinf(top_p(scores, 0.5))).tolist() == [[True, False, False]]
 
 
 @pytest.mark.parametrize("p", [0.0, -0.1, 1.5, 2.0])

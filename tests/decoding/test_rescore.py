@@ -1,6 +1,5 @@
 """System combination (issue 28): the model rescores the baseline's n-best list; its log
 probabilities against evaluate's teacher-forced NLL, the weight's ends against each ranking."""
-
 from __future__ import annotations
 
 import pytest
@@ -22,8 +21,7 @@ PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
 @pytest.fixture(scope="module")
 def tgt_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     path = tmp_path_factory.mktemp("tok") / "tgt.model"
-    return Tokenizer(train_sentencepiece(PHONES * 3, TokenizerSettings("word", 13, 1.0), IDS,
-                                         path))
+    return Tokenizer(train_sentencepiece(PHONES * 3, TokenizerSettings("word", 13, 1.0), IDS, path))
 
 
 def row(rid: str, best: tuple[str, float], rest: list[tuple[str, float]]) -> PredictionRow:
@@ -66,8 +64,7 @@ def test_model_log_probs_are_minus_the_teacher_forced_nll(tgt_tok: Tokenizer) ->
 def test_the_ends_of_the_weight_are_each_system_s_own_ranking(
         tgt_tok: Tokenizer, weight: float) -> None:
     model = tiny_model(vocab=tgt_tok.vocab_size)
-    examples = [Example(str(i), str(i), "cat", "K AE T", [5, 6, 7 + i], [], True)
-                for i in range(3)]
+    examples = [Example(str(i), str(i), "cat", "K AE T", [5, 6, 7 + i], [], True) for i in range(3)]
     base = {e.id: row(e.id, ("K AA T", -1.0), [("K AE T", -2.0), ("B AE T", -3.0)])
             for e in examples}
     model_rows = [row(e.id, ("T AE K", -0.1), []) for e in examples]

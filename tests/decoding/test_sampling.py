@@ -1,5 +1,4 @@
 """Sampling's per-example seeds and uniforms (seqcore/decoding/sampling.py)."""
-
 from __future__ import annotations
 
 import hashlib

@@ -1,5 +1,4 @@
 """The shared search checks (seqcore/decoding/search.py): inputs, length caps, masking."""
-
 from __future__ import annotations
 
 import re

@@ -1,6 +1,5 @@
 """The dev tuning table's rules (seqcore/decoding/tuning.py): the choice and its ties, the
 wider-beam check, and the table's files (issue 52, item 4)."""
-
 from __future__ import annotations
 
 import math

@@ -42,8 +42,7 @@ def test_two_identical_systems_differ_by_zero_with_p_one() -> None:
     res = paired(a, a.copy(), R)
     for name in ("word_error_rate", "token_error_rate", "char_error_rate", "exact_match"):
         r = res[name]
-        assert r.delta == 0.0 and r.low == 0.0 and r.high == 0.0, name
-        assert r.p_bootstrap == 1.0 and r.p_randomization == 1.0, name
+        assert (r.delta, r.low, r.high, r.p_bootstrap, r.p_randomization) == (0, 0, 0, 1, 1), name
 
 
 def test_a_system_right_on_60_percent_more_of_2000_words_is_significant() -> None:
@@ -101,8 +100,7 @@ def test_the_same_seed_gives_the_same_numbers_another_seed_only_monte_carlo_nois
 
 def test_every_headline_interval_holds_its_point_estimate_perplexity_included() -> None:
     rows = make_rows()
-    teacher = {r.id: TeacherStats(nll=1.0 + i % 3, tokens=3, correct=1)
-               for i, r in enumerate(rows)}
+    teacher = {r.id: TeacherStats(nll=1.0 + i % 3, tokens=3, correct=1) for i, r in enumerate(rows)}
     spec, off = (g2p({"bootstrap_samples": n}) for n in (200, 0))
     ev = evaluate_predictions(rows, spec, teacher)
     assert set(ev.intervals) == {"word_error_rate", "word_error_rate_multi_ref", "exact_match",
@@ -153,8 +151,7 @@ def test_resampling_documents_gives_a_wider_interval_than_resampling_tokens() ->
     point = math.exp(sum(n for n, _ in docs) / sum(t for _, t in docs))
     for b in (by_doc, by_token):
         assert b["low"] <= point <= b["high"], (b, point)
-    width = {"document": by_doc["high"] - by_doc["low"],
-             "token": by_token["high"] - by_token["low"]}
+    width = {k: b["high"] - b["low"] for k, b in (("document", by_doc), ("token", by_token))}
     assert width["document"] > 3 * width["token"], width
 
 
@@ -198,11 +195,9 @@ def test_each_headline_metric_of_summed_statistics_has_its_known_value() -> None
 
 
 def test_metrics_of_no_rows_are_nan_and_an_overflowing_perplexity_is_inf_without_warnings() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # numpy's divide, invalid and overflow warnings
+    with warnings.catch_warnings(action="error"):  # numpy's divide, invalid and overflow warnings
         assert all(math.isnan(float(f(summed()))) for f in METRICS.values())
-        assert math.isinf(float(METRICS["perplexity"](summed(nll_nano=10**6 * NANO,
-                                                             nll_tokens=1))))
+        assert math.isinf(float(METRICS["perplexity"](summed(nll_nano=10**6 * NANO, nll_tokens=1))))
         assert math.isinf(float(METRICS["token_error_rate"](summed(token_edits=3))))
         assert math.isinf(float(METRICS["perplexity"](summed(nll_nano=5))))  # 5 / 0 tokens
 

@@ -1,5 +1,4 @@
 """Edit distance and aligned matches (seqcore/metrics/edit.py)."""
-
 from __future__ import annotations
 
 import functools

@@ -184,9 +184,8 @@ def test_auto_buckets_fit_the_data_where_fixed_edges_put_most_rows_in_one() -> N
     # A lexicon of long targets (the issue's: 59 % of test words above 10 symbols).
     rows = [PredictionRow(f"r{n}", f"g{n}", "w", " ".join(["AA"] * n), "AA", [0], ["AA"],
                           -1.0, -1.0, 1, True, []) for n in range(6, 26)]
-    fixed = evaluate_predictions(rows, eval_spec(config_from_dict(
-        {"evaluate": {"bucket_edges": [4, 6, 8, 10]}}), None))
-    auto = evaluate_predictions(rows, eval_spec(config_from_dict({}), None))
+    fixed, auto = (evaluate_predictions(rows, eval_spec(config_from_dict(params), None))
+                   for params in ({"evaluate": {"bucket_edges": [4, 6, 8, 10]}}, {}))
     assert max(b["count"] for b in fixed.buckets) == 15  # >10
     assert [b["bucket"] for b in auto.buckets] == ["1-9", "10-13", "14-17", "18-21", ">21"]
     assert [b["count"] for b in auto.buckets] == [4, 4, 4, 4, 4]

@@ -1,5 +1,4 @@
 """seqcore.metrics functions against hand-computed cases."""
-
 from __future__ import annotations
 
 import math
@@ -76,12 +75,11 @@ def test_multi_reference_per_scores_against_the_closest_reference_of_the_group()
     # own reference 1 edit of 3; "AY DH ER Z" and "AY DH" are 1 edit too: ties keep the own
     assert (st.token_edits, st.ref_tokens) == (1, 3)
     assert (st.token_edits_multi, st.ref_tokens_multi) == (1, 3)
-    st = error_stats("AY DH ER Z", "IY DH ER", references=refs)  # equals a variant
-    assert (st.token_edits, st.token_edits_multi, st.ref_tokens_multi) == (2, 0, 4)
-    st = error_stats("AY", "IY DH ER", references=refs)  # "AY DH": 1 edit, closer than own (3)
-    assert (st.token_edits_multi, st.ref_tokens_multi) == (1, 2)
-    total = (error_stats("AY DH ER Z", "IY DH ER", references=refs)
-             + error_stats("AY", "IY DH ER", references=refs))
+    variant = error_stats("AY DH ER Z", "IY DH ER", references=refs)  # equals a variant
+    assert (variant.token_edits, variant.token_edits_multi, variant.ref_tokens_multi) == (2, 0, 4)
+    closer = error_stats("AY", "IY DH ER", references=refs)  # "AY DH": 1 edit, closer than own (3)
+    assert (closer.token_edits_multi, closer.ref_tokens_multi) == (1, 2)
+    total = variant + closer
     assert total.scores()["token_error_rate_multi_ref"] == pytest.approx(1 / 6)
     assert total.scores()["token_error_rate"] == pytest.approx(5 / 6)
 

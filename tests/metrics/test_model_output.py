@@ -1,5 +1,4 @@
 """The model's figures on its own output (issue 52, item 0): seqcore/metrics/model_output.py."""
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,8 +15,6 @@ from seqcore.tasks.parallel.evaluate import model_rows
 from tests.factories import make_rows
 
 SPEC = EvalSpec(edges=(2,), rules=FailureRules(2, 3, 5), group_by="none", illegal=None)
-
-
 #: The model's own rows: one right, one truncated (no EOS) with a wrong token.
 OWN = make_rows([("0", "0", "A B", "A B", True, None), ("1", "1", "C D E", "C D D", False, None)])
 #: The scored system's rows (re-ranked n-best entries: each ended, so none is truncated).

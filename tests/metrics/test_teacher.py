@@ -1,5 +1,4 @@
 """Teacher-forced statistics (seqcore/metrics/teacher.py)."""
-
 from __future__ import annotations
 
 import math
@@ -8,7 +7,6 @@ import pytest
 
 from seqcore.metrics.teacher import nll_summary, teacher_forced_stats
 from tests.factories import IDS, STATS, dropout_modes, eval_nll, examples, tiny_model
-
 
 
 def test_the_nll_summary_divides_by_tokens_and_averages_sequences_that_have_tokens() -> None:

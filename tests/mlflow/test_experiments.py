@@ -16,7 +16,7 @@ import mlflow
 import pytest
 import yaml
 
-from seqcore.progress import in_chunks
+from pipeline.git_state import commit_copy
 from pipeline.record import split_counts, tracking_uri
 from pipeline.run_naming import run_name
 from seqcore.artifacts.train_metrics import TrainMetrics
@@ -26,6 +26,7 @@ from seqcore.metrics.evaluation import evaluate_predictions, prediction_metrics
 from seqcore.metrics.failures import FailureRules, failure_modes
 from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, training_summary
+from seqcore.progress import in_chunks
 from tests.factories import REPO, make_rows
 from tests.pipeline_helpers import TINY_PARAMS, copy_result, doc_blocks, doc_commands, dvc
 
@@ -133,9 +134,7 @@ def test_offline_plot_template_inlines_the_chart_library() -> None:
 def exps(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
          ) -> tuple[Path, dict[str, str]]:
     repo = copy_result(audit_result[0], tmp_path_factory.mktemp("exps") / "repo")
-    for cmd in (["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t",
-                                       "commit", "-qm", "baseline"]):
-        subprocess.run(cmd, cwd=repo, check=True)
+    commit_copy(repo, "baseline", "t")
     logs = {name: dvc(repo, "exp", "run", "--temp", "-n", name,
                       *(a for x in sets for a in ("-S", x)))
             for name, sets in EXPERIMENTS.items()}

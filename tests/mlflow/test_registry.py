@@ -4,6 +4,7 @@ answers exactly as ``python -m pipeline.predict``; the audit compares it with th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -22,8 +23,9 @@ from benchmarks.load import bodies, request, run_setting
 from benchmarks.load import served as served_model
 from pipeline.audit.verdict import stamp_versions
 from seqcore.artifacts.predictions import Predictions
-from tests.pipeline_helpers import copy_result, run_audit, stage_python, tool_env
+from tests.pipeline_helpers import copy_result, dvc, run_audit, stage_python, tool_env
 
+pytestmark = pytest.mark.slow  # each test decodes or serves a `dvc repro` result
 NAME = "seqcore-g2p"
 #: Sampling hot enough that some outputs of the 6-step model end within 32 tokens and some
 #: do not: answers and problems both, drawn the same way by every path (a fixed seed).
@@ -42,9 +44,7 @@ def sampled(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFac
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params.setdefault("decode", {}).update(SAMPLED)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    res = subprocess.run([shutil.which("dvc", path=tool_env()["PATH"]) or "dvc", "repro"],
-                         cwd=repo, env=tool_env(), capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    dvc(repo, "repro")
     words = [r.source for r in Predictions.load(repo / "predictions/test.jsonl").rows] + BAD
     return repo, f"sqlite:///{repo / 'mlflow.db'}", words
 
@@ -66,20 +66,24 @@ def predict_lines(repo: Path, words: list[str], params: str = "params.yaml"
             for i, w in enumerate(words)]
 
 
-@pytest.mark.slow
 def test_the_registered_model_answers_as_predict_does(sampled: tuple[Path, str, list[str]],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     repo, uri, words = sampled
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     model = mlflow.pyfunc.load_model(f"models:/{NAME}/{latest_version(uri)}")
     got = model.predict(pd.DataFrame({"source": words}))
-    rows = [(s, p if isinstance(p, str) else "", q)  # no answer: a null prediction
-            for s, p, q in zip(got["source"], got["prediction"], got["problem"], strict=True)]
+    rows = answers(got)
     assert rows == predict_lines(repo, words)
     answered = [r for r in rows if not r[2]]
     assert len(answered) >= 3 and len(rows) - len(answered) >= len(BAD)
     assert [q for _, _, q in rows[-3:]] == ["empty input", rows[-2][2], rows[-1][2]]
     assert all(got["score"][i] < 0 for i, r in enumerate(rows) if not r[2])
+
+
+def answers(got: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """(source, prediction, problem) per row of a model's output; no answer (null, NaN) as ""."""
+    return [(s, p if isinstance(p, str) else "", q)
+            for s, p, q in zip(got["source"], got["prediction"], got["problem"], strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +95,6 @@ def scored(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFact
             Predictions.load(repo / "predictions/test.jsonl"))
 
 
-@pytest.mark.slow
 def test_the_registered_model_serves_the_scored_system_row_for_row(
         scored: tuple[Path, str, Predictions], monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 51: the decode stage rescored the baseline's n-best; the registered model must
@@ -120,7 +123,6 @@ def test_the_registered_model_serves_the_scored_system_row_for_row(
                                        f"{100 * metrics['word_error_rate']:.2f} %")
 
 
-@pytest.mark.slow
 def test_predict_answers_as_the_scored_system(scored: tuple[Path, str, Predictions]) -> None:
     repo, _, preds = scored
     words = [r.source for r in preds.rows]
@@ -139,8 +141,7 @@ def post(url: str, body: bytes) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def served(sampled: tuple[Path, str, list[str]], tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[str]:
-    """The URL of `mlflow models serve` (benchmarks/load.py) of the sampled result's latest
-    version."""
+    """The URL of `mlflow models serve` (benchmarks/load.py) of the sampled result's model."""
     repo, uri, _ = sampled
     with served_model(f"models:/{NAME}/{latest_version(uri)}", uri, repo,
                       tmp_path_factory.mktemp("serve") / "serve.log", tool_env()) as (url, _):
@@ -153,7 +154,6 @@ def invoke(url: str, words: list[str]) -> tuple[int, str]:
     return post(f"{url}/invocations", body)
 
 
-@pytest.mark.slow
 def test_the_served_endpoint_answers_as_the_scored_system(
         scored: tuple[Path, str, Predictions], tmp_path: Path) -> None:
     repo, uri, preds = scored
@@ -169,26 +169,17 @@ def test_the_served_endpoint_answers_as_the_scored_system(
     assert "> sequence.max_src_len" in got[9]["problem"]
 
 
-@pytest.mark.slow
 def test_a_served_model_answers_over_http_as_the_loaded_one(
-        sampled: tuple[Path, str, list[str]], served: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        sampled: tuple[Path, str, list[str]], served: str, monkeypatch: pytest.MonkeyPatch) -> None:
     repo, uri, words = sampled
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     status, text = invoke(served, words)
     assert status == 200, text
     loaded = mlflow.pyfunc.load_model(f"models:/{NAME}/{latest_version(uri)}")
     want = loaded.predict(pd.DataFrame({"source": words}))
-    got = json.loads(text)["predictions"]
-    def text(value: object) -> str:
-        return value if isinstance(value, str) else ""  # null / NaN: no answer
-
-    assert [(r["source"], text(r.get("prediction")), r["problem"]) for r in got] == [
-        (s, text(p), q) for s, p, q in zip(want["source"], want["prediction"], want["problem"],
-                                           strict=True)]
+    assert answers(pd.DataFrame(json.loads(text)["predictions"])) == answers(want)
 
 
-@pytest.mark.slow
 def test_concurrent_requests_with_broken_inputs_are_each_answered_as_alone(
         sampled: tuple[Path, str, list[str]], served: str) -> None:
     # issue 54: a bounded load test (benchmarks/load.py, small): 8 clients, 24 requests of 8
@@ -202,7 +193,6 @@ def test_concurrent_requests_with_broken_inputs_are_each_answered_as_alone(
     assert out.words == 24 * 8
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("body", "says"), [
     (b'{"dataframe_split": {"columns": ["word"], "data": [["cat"]]}}', "source"),
     (b'{"dataframe_split": {"columns": ["source"], "data": [[3]]}}', "source"),
@@ -215,7 +205,6 @@ def test_a_malformed_request_is_a_clear_400_not_a_traceback(served: str, body: b
     assert says.lower() in text.lower() and "Traceback" not in text
 
 
-@pytest.mark.slow
 def test_the_audit_compares_the_logged_model_with_the_result(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "result")
@@ -233,15 +222,13 @@ def test_the_audit_compares_the_logged_model_with_the_result(
     assert "logged model file model.pt: mlflow run has sha256" in report.render()
 
 
-@pytest.mark.slow
 def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "result")
     only = ("evaluate redone", "mlflow run")
     report = run_audit(repo, monkeypatch, only=only)
     uri = f"sqlite:///{repo / 'mlflow.db'}"
-    with monkeypatch.context() as m:
-        m.chdir(repo)
+    with contextlib.chdir(repo):
         stamped = stamp_versions(uri, report)
     client = mlflow.MlflowClient(uri)
     (version,) = client.search_model_versions(f"run_id = '{report.run_id}'")
@@ -254,8 +241,7 @@ def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again
     assert version.tags["audit.partial.commit"] == head
     assert run_audit(repo, monkeypatch, only=only).ok  # a stamp is no difference
     whole = replace(report, only=(), status={"every check": "ok"})  # a whole audit's verdict
-    with monkeypatch.context() as m:
-        m.chdir(repo)
+    with contextlib.chdir(repo):
         stamp_versions(uri, whole)
         stamp_versions(uri, report)  # then a partial one: the whole verdict stays
     (version,) = client.search_model_versions(f"run_id = '{report.run_id}'")
@@ -263,7 +249,6 @@ def test_the_audit_verdict_is_stamped_on_the_registered_version_and_passes_again
     assert version.tags["audit.partial"] == "PASSED [only: evaluate redone, mlflow run]"
 
 
-@pytest.mark.slow
 def test_a_version_logged_before_the_wfst_was_packed_still_serves_the_model_alone(
         scored: tuple[Path, str, Predictions], tmp_path: Path) -> None:
     # a version from before issue 51 packed no WFST and no "baseline" in decode.json: it

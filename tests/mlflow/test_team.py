@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from pipeline.audit.checks import read_run
+from pipeline.git_state import commit_copy
 from pipeline.tracking import log_run
 from seqcore.artifacts.run_record import RunRecord
 from seqcore.config import ConfigError, config_from_dict
@@ -104,8 +105,7 @@ def person_a(team: Team, audit_result: tuple[Path, str],
     (repo / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     shutil.rmtree(repo / ".dvc/cache/runs")
     (repo / "mlflow.db").unlink()
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "before evaluate")
+    commit_copy(repo, "before evaluate", "t")
     env = base_env()
     for command in SETUP_A:
         sh(repo, command.format(**team.values()), env)
@@ -114,16 +114,14 @@ def person_a(team: Team, audit_result: tuple[Path, str],
     git(repo, "commit", "-qm", "team DVC remote")
     env["MLFLOW_TRACKING_URI"] = with_password(team.mlflow)
     console = "".join(sh(repo, command, env)[1] for command in PUBLISH_A)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "tiny result")
+    commit_copy(repo, "tiny result", "t")
     client = mlflow.MlflowClient(team.mlflow)
     (run,) = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
     return PersonA(repo, console, run.info.run_id)
 
 
 def clone(person_a: PersonA, dest: Path, team: Team) -> tuple[Path, dict[str, str]]:
-    """Person B's side: a clone of A's repository, the store's address in DVC's local config
-    and its keys in the environment."""
+    """Person B: a clone of A's repo, the store's address in its DVC local config, keys in env."""
     subprocess.run(["git", "clone", "-q", str(person_a.repo), str(dest)], check=True)
     env = base_env() | team.s3.env()
     for command in SETUP_B:
@@ -140,8 +138,7 @@ def person_b(person_a: PersonA, team: Team,
 
 
 def audit(repo: Path, env: dict[str, str], url: str, *args: str, ok: bool = True) -> str:
-    return sh(repo, " ".join([CHECK_B[2], *args]),
-              env | {"MLFLOW_TRACKING_URI": url}, ok=ok)[1]
+    return sh(repo, " ".join([CHECK_B[2], *args]), env | {"MLFLOW_TRACKING_URI": url}, ok=ok)[1]
 
 
 # --- the two-person flow --------------------------------------------------------------------
@@ -185,12 +182,9 @@ def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
         tmp_path: Path) -> None:
     client, s3 = mlflow.MlflowClient(team.mlflow), team.s3.client()
     compared = set()
-    for name in artifact_names(client, person_a.run_id):
+    for name, fetched in run_content(client, person_a.run_id, tmp_path)["artifacts"].items():
         stored = s3_object(s3, f"/{person_a.run_id}/artifacts/{name}")
-        fetched = mlflow.artifacts.download_artifacts(
-            run_id=person_a.run_id, artifact_path=name, dst_path=str(tmp_path),
-            tracking_uri=team.mlflow)
-        assert Path(fetched).read_bytes() == stored, name
+        assert fetched == stored, name
         # dvc.lock is logged as evaluate saw it, before its own entry was written; the
         # report's PNGs are logged under plots/ (issue 14).
         pulled = person_b[0] / name
@@ -410,8 +404,7 @@ def test_the_team_page_shows_every_command_the_two_person_test_runs() -> None:
 def test_run_logged_to_an_mlflow_server_reads_back_over_http(tmp_path: Path, team: Team) -> None:
     # the session's team server (runs in PostgreSQL, artifacts proxied to S3)
     record = make_record(team.mlflow, n_params=120)
-    rid = log_run(record)
-    assert_run_matches(mlflow.MlflowClient(team.mlflow), rid, record, tmp_path)
+    assert_run_matches(mlflow.MlflowClient(team.mlflow), log_run(record), record, tmp_path)
 
 
 @pytest.mark.slow

@@ -42,8 +42,7 @@ def store_copy(dest: Path) -> str:
 def test_every_param_is_logged_across_batches_with_curve_tags_and_artifacts(
         tmp_path: Path) -> None:
     record = make_record(store_copy(tmp_path / "mlflow.db"))
-    rid = log_run(record)
-    assert_run_matches(mlflow.MlflowClient(record.uri), rid, record, tmp_path)
+    assert_run_matches(mlflow.MlflowClient(record.uri), log_run(record), record, tmp_path)
 
 
 def test_a_param_longer_than_mlflow_allows_is_cut_with_a_warning() -> None:

@@ -36,8 +36,7 @@ def test_the_printed_link_opens_the_runs_on_the_headline_columns_in_order(
         ui: tuple[str, mlflow.entities.Run], tmp_path: Path) -> None:
     url, run = ui
     # wide enough for every headline column: the grid renders only the columns in view
-    dom = browse(runs_link(url, run.info.experiment_id), tmp_path / "profile",
-                 size="2600,900")
+    dom = browse(runs_link(url, run.info.experiment_id), tmp_path / "profile", size="2600,900")
     assert "shared view" in dom  # MLflow loaded the experiment's view, not the user's default
     assert "Tool calls" not in dom  # the GenAI overview's tabs: not the training view
     headers = {m.group(2): int(m.group(1)) for m in re.finditer(

@@ -1,6 +1,5 @@
 """The GRU/LSTM encoder-decoder (seqcore/models/rnn.py): shapes, layout, dropout, bridge and
 attention."""
-
 from __future__ import annotations
 
 import math
@@ -38,21 +37,18 @@ def luong_parameters(cell: str, attention: str, e: int = 6, h: int = 8, layers: 
                      ) -> dict[str, tuple[int, ...]]:
     """The parameter shapes of the documented layout, written out by hand."""
     gates = 3 if cell == "gru" else 4
-    out = {"src_embed.weight": (V, e), "tgt_embed.weight": (V, e),
-           "bridge_h.weight": (h, h), "bridge_h.bias": (h,),
-           "combine.weight": (h, 2 * h), "combine.bias": (h,),
+    out = {"src_embed.weight": (V, e), "tgt_embed.weight": (V, e), "bridge_h.weight": (h, h),
+           "bridge_h.bias": (h,), "combine.weight": (h, 2 * h), "combine.bias": (h,),
            "proj.weight": (V, h), "proj.bias": (V,)}
     for layer in range(layers):
-        for sfx in ("", "_reverse"):
-            width = e if layer == 0 else h
-            out |= {f"encoder.weight_ih_l{layer}{sfx}": (gates * h // 2, width),
-                    f"encoder.weight_hh_l{layer}{sfx}": (gates * h // 2, h // 2),
-                    f"encoder.bias_ih_l{layer}{sfx}": (gates * h // 2,),
-                    f"encoder.bias_hh_l{layer}{sfx}": (gates * h // 2,)}
-        out |= {f"decoder.weight_ih_l{layer}": (gates * h, e if layer == 0 else h),
-                f"decoder.weight_hh_l{layer}": (gates * h, h),
-                f"decoder.bias_ih_l{layer}": (gates * h,),
-                f"decoder.bias_hh_l{layer}": (gates * h,)}
+        width = e if layer == 0 else h  # the first layer reads embeddings
+        # the encoder's two directions of h / 2 units each, then the decoder's h units
+        for rnn, units, sfx in (("encoder", h // 2, ""), ("encoder", h // 2, "_reverse"),
+                                ("decoder", h, "")):
+            out |= {f"{rnn}.weight_ih_l{layer}{sfx}": (gates * units, width),
+                    f"{rnn}.weight_hh_l{layer}{sfx}": (gates * units, units),
+                    f"{rnn}.bias_ih_l{layer}{sfx}": (gates * units,),
+                    f"{rnn}.bias_hh_l{layer}{sfx}": (gates * units,)}
     if cell == "lstm":
         out |= {"bridge_c.weight": (h, h), "bridge_c.bias": (h,)}
     if attention != "dot":  # W_a / W_k: no bias (a per-query constant the softmax cancels)
@@ -73,8 +69,7 @@ def test_rnn_parameters_are_exactly_those_of_the_luong_layout(cell: str, attenti
 
 def test_rnn_dropout_acts_between_stacked_layers_and_a_single_layer_gets_none() -> None:
     """nn.GRU/LSTM apply dropout between layers only and warn when given it for one layer."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(action="error"):
         single = RNNSeq2Seq(rnn_shape(dropout=0.5, enc_layers=1, dec_layers=1))
     assert single.encoder.dropout == 0.0 and single.decoder.dropout == 0.0
     stacked = RNNSeq2Seq(rnn_shape(dropout=0.5, enc_layers=2, dec_layers=2)).train()
@@ -148,10 +143,8 @@ def test_lstm_without_onednn_bf16_runs_torchs_kernel_under_cpu_autocast(monkeypa
     x, hx = torch.randn(1, 3, 4), (torch.randn(1, 1, 6), torch.randn(1, 1, 6))
     with torch.backends.mkldnn.flags(enabled=True, deterministic=True, allow_tf32=None,
                                      fp32_precision="bf16"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                lstm(x, hx)
+        with warnings.catch_warnings(action="error"), torch.autocast("cpu", dtype=torch.bfloat16):
+            lstm(x, hx)
         lstm(x, hx)
     (x1, hx1, inside), (_, _, outside) = seen
     assert x1 is x and hx1 is hx

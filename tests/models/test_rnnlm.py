@@ -1,5 +1,4 @@
 """The RNN language model (seqcore/models/rnnlm.py)."""
-
 from __future__ import annotations
 
 import warnings
@@ -25,10 +24,9 @@ def test_the_pad_embedding_is_zero_and_gets_no_gradient() -> None:
 
 def test_a_stacked_lm_drops_out_between_layers_in_training_and_a_single_layer_has_no_such_dropout(
 ) -> None:
-    with warnings.catch_warnings():
-        # torch warns when an RNN of one layer is given inter-layer dropout: it has no
-        # layer boundary to drop at; the model passes 0 there
-        warnings.simplefilter("error")
+    # torch warns when an RNN of one layer is given inter-layer dropout: it has no layer
+    # boundary to drop at; the model passes 0 there
+    with warnings.catch_warnings(action="error"):
         RNNLM(RNNLMShape("gru", 12, 8, 8, 1, 0.5, IDS.pad))
         RNNLM(RNNLMShape("lstm", 12, 8, 8, 1, 0.5, IDS.pad))
     torch.manual_seed(0)

@@ -1,6 +1,5 @@
 """Mask rules: causal in every layer (2), masks act on keys and PAD queries reach no
 reduction (3), fully masked rows never produce NaN (6)."""
-
 from __future__ import annotations
 
 import pytest
@@ -69,7 +68,6 @@ def test_masks_act_on_keys_pad_key_gets_zero_weight() -> None:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_masks_act_on_keys_source_pad_content_is_never_read(family: str) -> None:
-    """Whatever token sits at a masked source position, no layer reads it."""
     model = tiny_model(family)
     src, mask = pad_batch([[4, 5, 6, 7], [8, 9]], PAD)
     tgt = torch.tensor([[2, 4, 5], [2, 6, 7]])

@@ -1,5 +1,4 @@
 """The Transformer (seqcore/models/transformer.py) against Vaswani's layers written out by hand."""
-
 from __future__ import annotations
 
 import math

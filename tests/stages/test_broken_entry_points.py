@@ -22,11 +22,8 @@ from seqcore.errors import OneLineError
 from tests.pipeline_helpers import each_broken, outcome, stage_python, tool_env, traced_reads
 
 pytestmark = pytest.mark.slow  # the shared tiny result
-
-
-def untimed(text: str) -> str:
-    """``text`` without the seconds it reports (the audit's checks and total take their own)."""
-    return re.sub(r"\d+\.\d s\b", "_ s", text)
+#: The seconds a command reports (the audit's checks and total take their own).
+SECONDS = re.compile(r"\d+\.\d s\b")
 
 
 def assert_stop_or_same(rel: str, how: str, got: tuple[int, str, str], good: str) -> None:
@@ -34,7 +31,7 @@ def assert_stop_or_same(rel: str, how: str, got: tuple[int, str, str], good: str
     code, out, err = got
     assert "Traceback" not in err, f"{rel} {how}: {err[-2000:]}"
     if code == 0:
-        assert untimed(out) == untimed(good), \
+        assert SECONDS.sub("_ s", out) == SECONDS.sub("_ s", good), \
             f"{rel} {how}: exit 0 with other output\n{err[-1000:]}"
         return
     assert code in (1, 2), (rel, how, code, err[-2000:])

@@ -34,9 +34,11 @@ TRACKED = ("checkpoints", "models/model.pt", "models/model.pt.sha256", "reports/
            "reports/train_metrics.json")
 
 
-def python(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+def python(repo: Path, *args: str, status: int = 0) -> subprocess.CompletedProcess:
+    res = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    assert res.returncode == status, res.stderr[-3000:]
+    return res
 
 
 def tree_digest(repo: Path, name: str) -> dict[str, str]:
@@ -51,8 +53,7 @@ def tree_digest(repo: Path, name: str) -> dict[str, str]:
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny repository copy (committed) with the stages before train run."""
     repo = copy_repo(tmp_path_factory.mktemp("repro") / "repo", PARAMS)
-    res = python(repo, "-c", STAGES, "fetch", "prepare", "tokenizer")
-    assert res.returncode == 0, res.stderr[-3000:]
+    python(repo, "-c", STAGES, "fetch", "prepare", "tokenizer")
     return repo
 
 
@@ -61,14 +62,11 @@ def test_training_killed_during_a_checkpoint_write_resumes_to_identical_bytes(
         prepared: Path, tmp_path: Path) -> None:
     straight = shutil.copytree(prepared, tmp_path / "straight", symlinks=True)
     crashed = shutil.copytree(prepared, tmp_path / "crashed", symlinks=True)
-    res = python(straight, "-c", STAGES, "train")
-    assert res.returncode == 0, res.stderr[-3000:]
-    res = python(crashed, "-m", "tests.programs.killed_stage", "train", "--during",
-                 "ckpt-00000008.pt")
-    assert res.returncode == -9, res.stderr[-3000:]
+    python(straight, "-c", STAGES, "train")
+    python(crashed, "-m", "tests.programs.killed_stage", "train", "--during", "ckpt-00000008.pt",
+           status=-9)
     assert list(crashed.glob("checkpoints/*/.ckpt-00000008.pt.tmp-*"))
     res = python(crashed, "-c", STAGES, "train")
-    assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from ckpt-00000004.pt" in res.stderr
     assert "removed .ckpt-00000008.pt.tmp-" in res.stderr
     for name in TRACKED:

@@ -43,8 +43,7 @@ def write(folder: Path, data: list[PredictionRow], signature: str = SIG) -> Path
 def params(tmp_path: Path) -> Path:
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["evaluate"]["bootstrap_samples"] = 300
-    store = tmp_path / "mlflow.db"
-    shutil.copyfile(empty_mlflow_store(), store)
+    store = shutil.copyfile(empty_mlflow_store(), tmp_path / "mlflow.db")
     p["mlflow"]["tracking_uri"] = f"sqlite:///{store}"
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(p))

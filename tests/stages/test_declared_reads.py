@@ -34,15 +34,12 @@ def declared_code(stage: dict) -> set[str]:
     return {d.rstrip("/") for d in deps if d.split("/")[0] in CODE_ROOTS}
 
 
-def covered(path: str, deps: set[str]) -> bool:
-    return any(path == d or path.startswith(d + "/") for d in deps)
-
-
 @pytest.mark.parametrize("stage", STAGES)
 def test_stage_deps_are_exactly_the_import_closure_of_its_entry_module(stage: str) -> None:
     closure = import_closure(f"pipeline.{stage}")
     deps = declared_code(dvc_stages()[stage])
-    undeclared = sorted(p for p in closure if not covered(p, deps))
+    undeclared = sorted(p for p in closure
+                        if not any(p == d or p.startswith(d + "/") for d in deps))
     assert not undeclared, f"{stage}: imported but not in dvc.yaml deps: {undeclared}"
     for dep in sorted(deps):
         files = {str(p.relative_to(REPO)) for p in (REPO / dep).rglob("*.py")} \
@@ -109,13 +106,9 @@ print(json.dumps(out))
 """
 
 
-def all_keys() -> set[str]:
-    return set(flatten(as_dict(Config())))
-
-
 def declared_params(stage: dict) -> set[str]:
     """Leaf keys the stage declares (a section name covers its keys, ``params.yaml:`` all)."""
-    keys, out = all_keys(), set()
+    keys, out = set(flatten(as_dict(Config()))), set()
     for entry in stage.get("params", []):
         names = [entry] if isinstance(entry, str) else \
             [n for values in entry.values() for n in (values or [""])]

@@ -43,8 +43,7 @@ def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(
     # The evaluate stage's perplexity is exp(NLL per token) of the selected model: the dev
     # NLL per token that the training loop measured for it, through another code path.
     assert trained["selected_step"] == trained["best_step"] == LM_PARAMS["train"]["max_steps"]
-    assert metrics["dev_ppl_carried"] == pytest.approx(math.exp(trained["best_dev_nll"]),
-                                                       rel=1e-5)
+    assert metrics["dev_ppl_carried"] == pytest.approx(math.exp(trained["best_dev_nll"]), rel=1e-5)
     # and the model file it read is the one the train stage reported on, for both splits
     assert set(metrics) == set(trained["lm"]) | {"interval"}
     assert {k: metrics[k] for k in trained["lm"]} == pytest.approx(trained["lm"], rel=1e-6)

@@ -29,12 +29,6 @@ STANDS_FOR = {"cp ~/p2g.tsv data/external/p2g.tsv": None, "make repro": "dvc rep
                   'python -m pipeline.audit --only "evaluate redone,mlflow run"'}
 
 
-def doc_params() -> dict:
-    """What the page tells a user to set in params.yaml (its YAML block); the rest is TINY."""
-    (block,) = [text for _, text in doc_blocks(DOC, "yaml")]
-    return yaml.safe_load(block)
-
-
 def doc_sequence() -> list[str]:
     """The page's commands from the file to the audited commit (predict is tested apart)."""
     commands = []
@@ -62,7 +56,8 @@ def p2g_rows(n: int = 300, step: int = 450) -> list[str]:
 def p2g_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """docs/own-data.md followed as written (its params, then its commands in order: the
     file tracked by DVC, `dvc repro`, the commit, the audit), and what the commands printed."""
-    repo = copy_repo(tmp_path_factory.mktemp("p2g"), merge(TINY_PARAMS, doc_params()))
+    (block,) = [text for _, text in doc_blocks(DOC, "yaml")]  # its params; the rest is TINY
+    repo = copy_repo(tmp_path_factory.mktemp("p2g"), merge(TINY_PARAMS, yaml.safe_load(block)))
     (repo / "data/external/p2g.tsv").write_text("".join(r + "\n" for r in p2g_rows()))
     env = tool_env() | {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
                         for what, value in (("NAME", "t"), ("EMAIL", "t@t"))}

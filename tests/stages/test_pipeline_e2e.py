@@ -60,18 +60,13 @@ def test_changing_a_decode_parameter_reruns_only_decode_and_evaluate(result: Pat
     assert ran == {"decode", "evaluate"}
 
 
-def strict_json(path: Path) -> dict:
-    """Parse JSON refusing NaN/Infinity (which most JSON readers reject)."""
-    def refuse(name: str) -> None:
-        raise AssertionError(f"{path}: bare {name} is not JSON")
-
-    return json.loads(path.read_text(), parse_constant=refuse)
-
-
 def test_metrics_files_are_strict_json(result: Path) -> None:
+    def refuse(constant: str) -> None:  # NaN/Infinity, which most JSON readers reject
+        raise AssertionError(f"{result / name}: bare {constant} is not JSON")
+
     for name in ("reports/metrics.json", "reports/train_metrics.json",
                  "predictions/test.header.json", "tokenizer/contract.json"):
-        strict_json(result / name)
+        json.loads((result / name).read_text(), parse_constant=refuse)
 
 
 def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
@@ -107,8 +102,7 @@ def test_corrupt_best_checkpoint_falls_back_to_the_same_weights_on_rerun(result:
     for path, data in kept.items():
         path.write_bytes(data)
     assert res.returncode == 0, res.stderr
-    assert f"warning: skipping unusable checkpoint {best.relative_to(result)}: sha256" \
-        in res.stderr
+    assert f"warning: skipping unusable checkpoint {best.relative_to(result)}: sha256" in res.stderr
     assert rerun == kept[result / "models/model.pt"]
 
 

@@ -81,8 +81,7 @@ def test_a_broken_result_stops_predict_in_one_line_with_status_1(
     assert lines[0].startswith("[predict] ") and want in lines[0], err
 
 
-def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(
-        run: Predict) -> None:
+def test_an_invalid_utf8_line_gets_its_own_error_and_the_others_their_answers(run: Predict) -> None:
     code, out, err = run("cat\ncaf\u00e9\n".encode("cp1252") + b"dog\n")
     assert code == 1 and "Traceback" not in err
     assert "[predict] line 2 'caf\\\\xe9': not valid UTF-8" in err.splitlines()
@@ -103,8 +102,7 @@ def test_an_invalid_utf8_argument_gets_its_own_error_and_the_others_their_answer
     assert "[predict] line 2 'caf\\\\xe9': not valid UTF-8" in from_args[2].splitlines()
 
 
-def test_predict_is_quiet_on_success_and_names_what_it_knows_when_it_refuses(
-        run: Predict) -> None:
+def test_predict_is_quiet_on_success_and_names_what_it_knows_when_it_refuses(run: Predict) -> None:
     code, out, err = run(b"", "abc")
     # the tiny model may give no answer it can stand behind; either way only the answer or
     # the line's reason is printed: the signature only with -v

@@ -118,8 +118,7 @@ def test_a_char_vocabulary_refuses_special_ids_other_than_0_to_3_and_says_so() -
 def test_the_vocabulary_hash_is_sha256_of_its_chars_and_ids_as_utf8_json() -> None:
     # written by hand: json with ", " and ": " separators, non-ASCII kept as UTF-8
     blob = '{"chars": ["a", "é"], "ids": [0, 1, 2, 3]}'
-    assert CharVocab(["é", "a", "a"], IDS).sha256() == hashlib.sha256(
-        blob.encode("utf-8")).hexdigest()
+    assert CharVocab(["é", "a", "a"], IDS).sha256() == hashlib.sha256(blob.encode()).hexdigest()
     assert CharVocab(["a"], IDS).sha256() != CharVocab(["b"], IDS).sha256()
     assert CharVocab(["a"], IDS).sha256() != CharVocab(
         ["a"], SpecialIds(pad=1, unk=0, bos=2, eos=3)).sha256()
@@ -186,8 +185,7 @@ def test_a_one_position_segment_reads_bos_and_predicts_the_first_token() -> None
 def test_a_slot_left_without_a_document_is_owned_by_minus_one() -> None:
     b = StreamBatcher([[5, 6]], 2, 4, 0, False, SPECIAL)
     assert b.next() is not None
-    assert b.owners() == [0, -1]
-    assert b.state.slots == ((0, 4), (-1, 4))
+    assert (b.owners(), b.state.slots) == ([0, -1], ((0, 4), (-1, 4)))
 
 
 # -- truncated BPTT ------------------------------------------------------------------------------
@@ -314,9 +312,8 @@ def test_rank_r_of_w_trains_the_slots_r_r_plus_w_of_the_global_segment() -> None
 def test_the_feed_puts_segments_and_the_restored_state_on_its_device() -> None:
     feed = _feed([[4, 5, 6]], device=META)
     seg = feed.draw()
-    assert [t.device for t in (seg.inputs, seg.labels, seg.reset)] == [META] * 3
-    assert [t.dtype for t in (seg.inputs, seg.labels, seg.reset)] == [torch.long, torch.long,
-                                                                     torch.bool]
+    assert [(t.device, t.dtype) for t in (seg.inputs, seg.labels, seg.reset)] == [
+        (META, torch.long), (META, torch.long), (META, torch.bool)]
     whole = Segment(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long),
                     torch.ones(2, dtype=torch.bool))
     part = segment_rows(whole, slice(1, None), META)

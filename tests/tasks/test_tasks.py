@@ -1,6 +1,5 @@
 """Tasks behind one interface (issue 11, STYLE rule 15): stages ask the task, never its name;
 the lm task honours the parallel tasks' data policy and signs with their fields."""
-
 from __future__ import annotations
 
 import importlib
@@ -105,8 +104,7 @@ def test_lm_bad_row_under_skip_is_dropped_and_listed(tmp_path: Path) -> None:
 
 
 def test_lm_max_pairs_keeps_the_first_n_rows_of_text(tmp_path: Path) -> None:
-    cfg = lm_config(tmp_path, b"a1\na2\n\nb1\nb2\n\nc1\n", max_pairs=3)
-    corpus = lm_corpus(cfg)
+    corpus = lm_corpus(lm_config(tmp_path, b"a1\na2\n\nb1\nb2\n\nc1\n", max_pairs=3))
     assert [d.text for d in corpus.documents] == ["a1\na2", "b1"] and corpus.rows == 3
 
 

@@ -4,13 +4,10 @@ found exactly once in its file, and each mutant must name a test file that exist
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.factories import REPO
 from tools.mutate import MUTANTS, Mutant
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)

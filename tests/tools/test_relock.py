@@ -9,11 +9,10 @@ from tests.factories import REPO
 sys.path.insert(0, str(REPO / "tools"))
 from relock import changed, outs  # noqa: E402 (tools/ is no package)
 
-LOCK = {"stages": {
-    "decode": {"outs": [{"path": "predictions", "md5": "a.dir"}]},
-    "evaluate": {"deps": [{"path": "predictions", "md5": "a.dir"}],
-                 "outs": [{"path": "reports/metrics.json", "md5": "m1"}]},
-    "validate": {"cmd": "python -m pipeline.validate"}}}
+LOCK = {"stages": {"decode": {"outs": [{"path": "predictions", "md5": "a.dir"}]},
+                   "evaluate": {"deps": [{"path": "predictions", "md5": "a.dir"}],
+                                "outs": [{"path": "reports/metrics.json", "md5": "m1"}]},
+                   "validate": {"cmd": "python -m pipeline.validate"}}}
 
 
 def test_a_relock_finds_each_out_that_moved_appeared_or_went() -> None:

@@ -70,8 +70,7 @@ def _setup(task: str, accum: int, world: World, **kernels: str) -> TrainLoop:
                       warmup_steps=2, eval_every=100, checkpoint_every=100, threads=1,
                       clip_norm=0.05, bptt_len=4, eps=1e-3, **kernels)
     if task == "s2s":
-        model: torch.nn.Module = tiny_model(enc_layers=1, dec_layers=1, max_len=16,
-                                            seed=7).train()
+        model: torch.nn.Module = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
         feed = Seq2SeqFeed((examples(60, seed=3, high=12, shift=0), []), IDS, SequenceConfig(),
                            cfg, world=world)
     else:
@@ -188,8 +187,7 @@ TRAIN = {"train": {"nproc": 2, "threads": 1, "max_steps": 60, "checkpoint_every"
 def log_rows(repo: Path) -> list[dict[str, str]]:
     """The train log without its wall-clock column."""
     with open(repo / "reports/train_log.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k != "tokens_per_s"}
-                for row in csv.DictReader(f)]
+        return [{k: v for k, v in row.items() if k != "tokens_per_s"} for row in csv.DictReader(f)]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional
 
 import seqcore.training.loop as loop_module
 from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
@@ -28,7 +27,7 @@ from seqcore.artifacts.train_log import DECODE_COLUMNS
 from seqcore.config import (
     Config, DecodeConfig, ModelConfig, SequenceConfig, TrainConfig, TransformerConfig, load_config,
     problem_line)
-from seqcore.contract import IGNORE_INDEX, SpecialIds, pad_batch
+from seqcore.contract import SpecialIds, pad_batch
 from seqcore.data.batching import BucketSampler, SamplerState
 from seqcore.data.examples import Example
 from seqcore.decoding.factory import make_decoder
@@ -38,9 +37,8 @@ from seqcore.determinism import resolve_device, set_determinism
 from seqcore.config_rules import problems
 from seqcore.errors import OneLineError
 from seqcore.ledger import first_difference
-from seqcore.losses import LossNorm, sequence_loss
+from seqcore.losses import LossNorm
 from seqcore.models import build_model
-from seqcore.models.base import EncoderDecoder
 from seqcore.sequences import Batch, make_batch
 from seqcore.tasks.lm.feed import LMFeed
 from seqcore.signature import derived_params
@@ -52,24 +50,25 @@ from seqcore.training.feeds import Seq2SeqFeed, teacher_forced_nll
 from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, autocast_context
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
-from seqcore.training.scheduled_sampling import mix_model_tokens
 from tests.factories import (
-    IDS, REPO, S2S_SEED, dropout_modes, eval_nll, examples, kill_after, one_step_reads, s2s_loop,
-    smoothed_token_losses, tiny_config, tiny_lm, tiny_model)
+    IDS, REPO, S2S_SEED, IdPieces, dropout_modes, eval_nll, examples, kill_after, one_step_reads,
+    s2s_loop, smoothed_token_losses, tiny_config, tiny_lm, tiny_model)
+from tests.training.runs import assert_same_run, finish, record_batches, trained
 
 NOLS = SequenceConfig(label_smoothing=0.0)
 #: One layer each way and 16 positions: the smallest Transformer these rules need.
 SMALL = {"enc_layers": 1, "dec_layers": 1, "max_len": 16}
 CPU = torch.device("cpu")
+# fused: torch's fused Adam skips on the device (issue 53); on CPU under native kernels only
+KERNELS = {"unfused": {}, "fused": {"optimizer_kernel": "fused", "cpu_kernels": "native"}}
 
 
 def trainer(tmp_path: Path, data: list[Example], seq: SequenceConfig = NOLS,
             dev: list[Example] = (), model: nn.Module | None = None, ids: SpecialIds = IDS,
             world: World = World(), contract: dict | None = None, **train: object) -> TrainLoop:
     """A tiny constant-rate run, 2 pairs a batch in one bucket, unless ``train`` says otherwise."""
-    cfg = TrainConfig(**{"amp": "none", "batch_size": 2, "bucket_width": 100,
-                         "schedule": "constant", "lr": 1e-3, "warmup_steps": 0, "threads": 1,
-                         **train})
+    cfg = TrainConfig(**{"amp": "none", "batch_size": 2, "bucket_width": 100, "lr": 1e-3,
+                         "schedule": "constant", "warmup_steps": 0, "threads": 1, **train})
     return TrainLoop(model or tiny_model(pad=ids.pad, **SMALL).train(), cfg,
                      Seq2SeqFeed((data, list(dev)), ids, seq, cfg),
                      CheckpointDir(tmp_path / "ck", 2), contract or {}, 16, world)
@@ -83,28 +82,25 @@ def plain_loop(tmp_path: Path, data: list[Example], dev: list[Example] = (),
     return trainer(tmp_path, data, seq, dev, tiny_model(seed=7, **SMALL).train(), world=world,
                    contract={"task": "s2s"}, **{
                        "seed": S2S_SEED, "batch_size": 4, "bucket_width": 2, "max_steps": 4,
-                       "lr": 1e-2, "eval_every": 100, "checkpoint_every": 100,
-                       "ledger_every": 0, "keep_last": 2, **overrides})
-
-
-def finish(loop: TrainLoop) -> TrainLoop:
-    loop.run(lambda entry, tokens_per_s: None)
-    return loop
-
-
-def trained(loop: TrainLoop) -> TrainLoop:
-    """``loop`` resumed from its folder (a fresh start if it is empty) and run to the end."""
-    loop.resume()
-    return finish(loop)
+                       "lr": 1e-2, "eval_every": 100, "checkpoint_every": 100, "ledger_every": 0,
+                       "keep_last": 2, **overrides})
 
 
 def params_of(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def log_text(run: TrainLoop) -> list[tuple[str, ...]]:
-    """The history as the log's text (NaN equal to NaN)."""
-    return [tuple(map(str, e.row())) for e in run.state.history]
+def killed_and_resumed(build: Callable[[Path], TrainLoop], tmp: Path, kill: int) -> TrainLoop:
+    """``build``'s run killed after step ``kill`` and resumed from that step's checkpoint to the
+    end: the same log and weights as ``build``'s run straight through."""
+    straight = trained(build(tmp / "straight"))
+    first = build(tmp / "killed")
+    first.resume()
+    kill_after(first, kill)
+    again = build(tmp / "killed")
+    assert again.resume() == f"ckpt-{kill:08d}.pt"
+    assert_same_run(straight, finish(again))
+    return again
 
 
 # -- mixed precision and skipped steps -------------------------------------------------------
@@ -117,15 +113,6 @@ def test_bf16_autocast_on_cpu_runs_in_bf16_and_steps(tmp_path: Path) -> None:
     row = tr.train_step()
     assert math.isfinite(row.loss) and math.isfinite(row.grad_norm) and tr.state.skipped == 0
     assert any(not torch.equal(a, p) for a, p in zip(before, tr.model.parameters()))
-
-
-def test_fp16_autocast_is_refused_on_cpu() -> None:
-    with pytest.raises(ValueError, match="fp16 needs CUDA"):
-        autocast_context("fp16", CPU)
-
-
-# fused: torch's fused Adam skips on the device (issue 53); on CPU under native kernels only
-KERNELS = {"unfused": {}, "fused": {"optimizer_kernel": "fused", "cpu_kernels": "native"}}
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
@@ -201,13 +188,10 @@ def test_reading_the_device_back_once_a_window_gives_the_per_step_log_and_weight
                                    max_steps=8, eval_every=4, checkpoint_every=5,
                                    **KERNELS[kernel]), {2, 3})
         loop.sync_every = window
-        finish(loop)
-        runs[window] = loop
+        runs[window] = finish(loop)
     assert [e.skipped for e in runs[1].state.history] == [0, 1, 2, 2, 2, 2, 2, 2]
     assert [e.step for e in runs[1].state.history if not math.isnan(e.dev_nll)] == [4, 8]
-    assert log_text(runs[3]) == log_text(runs[1])
-    assert all(torch.equal(a, b) for a, b in zip(params_of(runs[3].model),
-                                                 params_of(runs[1].model), strict=True))
+    assert_same_run(runs[3], runs[1])
     assert [c.name for c in runs[3].ckpt.numbered()] == ["ckpt-00000005.pt", "ckpt-00000008.pt"]
     assert Checkpoint.load(runs[3].ckpt.numbered()[0]).progress.skipped == 2
 
@@ -260,10 +244,7 @@ def big_batch_grads(model: nn.Module, data: list[Example]) -> list[torch.Tensor]
     """Reference: gradient of the token-mean loss of all examples in one padded batch."""
     model = copy.deepcopy(model)
     model.zero_grad()
-    b = make_batch(data, IDS)
-    out = sequence_loss(model(b.src, b.src_mask, b.tf.inputs), b.tf.labels, "token-mean", 0.0,
-                        (IDS.pad, IDS.bos))
-    (out.total / out.tokens).backward()
+    hand_loss(model, [make_batch(data, IDS)], 0.0, "token-mean").backward()
     return [p.grad.clone() for p in model.parameters()]
 
 
@@ -343,13 +324,6 @@ def test_scheduled_sampling_probability_follows_bengio_2015_up_to_the_cap(
     assert got == pytest.approx(expected, abs=1e-5)
 
 
-def test_scheduled_sampling_refuses_predictions_that_carry_gradient() -> None:
-    b = make_batch(examples(2), IDS)
-    with pytest.raises(ValueError, match="detached"):
-        mix_model_tokens(b.tf, torch.zeros(b.tf.inputs.shape, requires_grad=True), 0.5,
-                         torch.Generator())
-
-
 # -- bucketing -----------------------------------------------------------------------------------
 def test_sampler_state_round_trips_and_replays_the_same_batches_across_epochs() -> None:
     lengths = [len(ex.tgt) for ex in examples(10)]
@@ -410,7 +384,6 @@ def test_only_amp_fp16_runs_an_enabled_grad_scaler(tmp_path: Path, amp: str) -> 
         "growth_interval": 2000, "_growth_tracker": 0})
 
 
-# -- the optimiser params name -----------------------------------------------------------------
 @pytest.mark.parametrize("kernel", list(KERNELS))
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
 def test_adamw_decays_weights_apart_from_the_gradient_and_adam_adds_the_decay_to_it(
@@ -465,28 +438,15 @@ def test_scheduled_sampling_seeds_its_generator_per_rank_by_the_stated_rule(
 
 
 # -- evaluation, the best checkpoint and the ledger ----------------------------------------------
-def dev_token_nll(model: torch.nn.Module, dev: list[Example]) -> float:
-    """Summed NLL per label token of the dev pairs, one pair at a time (no padding)."""
-    total, count = 0.0, 0
-    model.eval()
-    with torch.no_grad():
-        for ex in dev:
-            b = make_batch([ex], IDS)
-            labels = b.tf.labels[0]
-            keep = labels != IGNORE_INDEX
-            logits = model(b.src, b.src_mask, b.tf.inputs)[0]
-            total += float(functional.cross_entropy(logits[keep], labels[keep], reduction="sum"))
-            count += int(keep.sum())
-    return total / count
-
-
 def test_dev_nll_every_eval_every_steps_and_the_first_of_equal_bests_is_kept(
         tmp_path: Path) -> None:
     dev = examples(3, seed=11)
     # lr 0: the weights never move, so both evaluations give the same dev NLL (a tie)
     loop = plain_loop(tmp_path, examples(8), dev, lr=0.0, eval_every=2, max_steps=4,
                       select="best_dev")
-    expected = dev_token_nll(tiny_model(seed=7, **SMALL), dev)
+    pairs = [make_batch([ex], IDS) for ex in dev]  # NLL per label token, one pair at a time
+    with torch.no_grad():
+        expected = float(hand_loss(tiny_model(seed=7, **SMALL), pairs, 0.0, "token-mean"))
     nll = [e.dev_nll for e in finish(loop).state.history]
     assert [math.isnan(v) for v in nll] == [True, False, True, False]
     assert nll[1] == nll[3] == pytest.approx(expected, rel=1e-5)
@@ -506,19 +466,13 @@ def test_ledger_every_one_keeps_the_state_after_every_step(tmp_path: Path) -> No
 
 
 # -- the console: progress bar and throughput -----------------------------------------------------
-class _Terminal(io.StringIO):
-    """A stderr that says it is a terminal, keeping what is drawn on it."""
-
-    def isatty(self) -> bool:
-        return True
-
-
 def test_the_progress_bar_on_a_terminal_counts_steps_from_the_resumed_one_with_the_loss(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     kill_after(s2s_loop(tmp_path, 4), 2)
     loop = s2s_loop(tmp_path, 4)
     loop.resume()
-    terminal = _Terminal()
+    terminal = io.StringIO()  # a stderr that says it is a terminal, keeping what is drawn
+    monkeypatch.setattr(terminal, "isatty", lambda: True)
     monkeypatch.setattr(sys, "stderr", terminal)
     finish(loop)
     drawn = terminal.getvalue()
@@ -547,24 +501,11 @@ def test_each_step_reports_its_tokens_per_second_of_wall_clock(
 
 
 # -- one step: counters, log and the checkpoint's fields -----------------------------------------
-def record_indices(loop: TrainLoop) -> list[list[int]]:
-    """The example indices of every batch the loop's sampler hands out from now on."""
-    drawn: list[list[int]] = []
-    sampler = loop.feed.sampler  # type: ignore[attr-defined]
-    draw_next = sampler.next
-
-    def recording() -> list[int]:
-        drawn.append(draw_next())
-        return drawn[-1]
-    sampler.next = recording
-    return drawn
-
-
 def test_a_single_process_checkpoint_holds_every_field_in_order_with_its_value(
         tmp_path: Path) -> None:
     data = examples(12, seed=3, lengths=(1, 5))  # s2s_loop's data: 3 batches of 4 an epoch
     loop = s2s_loop(tmp_path, 5)
-    drawn = record_indices(loop)
+    drawn = record_batches(loop)
     logged = [loop.train_step() for _ in range(2)]
     tokens = [sum(len(data[i].tgt) + 1 for i in batch) for batch in drawn]  # EOS labelled
     assert [(r.step, r.epoch, r.tokens, r.skipped) for r in logged] == [
@@ -578,9 +519,8 @@ def test_a_single_process_checkpoint_holds_every_field_in_order_with_its_value(
     assert payload["schedule"] == {"name": "constant", "step": 2}
     # two of the epoch's three batches drawn; a checkpoint is never inside an accumulation
     assert payload["data"] == {"epoch": 0, "cursor": 2, "seed": S2S_SEED, "micro": 0}
-    assert payload["state"] == {"step": 2, "tokens": sum(tokens), "skipped": 0,
-                                "consecutive_skips": 0, "best_dev": math.inf, "best_step": 0,
-                                "select": "last"}
+    assert payload["state"] == {"step": 2, "tokens": sum(tokens), "skipped": 0, "select": "last",
+                                "consecutive_skips": 0, "best_dev": math.inf, "best_step": 0}
     assert torch.equal(payload["generator"], loop.gen.get_state())
     assert payload["contract"] == {"task": "s2s"}
 
@@ -591,19 +531,11 @@ def test_sequence_mean_over_a_single_sequence_divides_its_loss_by_one(tmp_path: 
     loop = plain_loop(tmp_path, data, seq=seq, batch_size=1, bucket_width=100)
     b = Seq2SeqFeed((data, []), IDS, seq, loop.cfg).draw()  # the same seeded sampler
     with torch.no_grad():
-        logits = loop.model(b.src, b.src_mask, b.tf.inputs)[0]  # (T, V)
-    labels = b.tf.labels[0]
-    keep = labels != IGNORE_INDEX
-    expected = float(functional.cross_entropy(logits[keep], labels[keep]))  # its token mean
+        expected = float(hand_loss(loop.model, [b], 0.0, "token-mean"))  # its token mean
     assert loop.train_step().loss == pytest.approx(expected, rel=1e-5)
 
 
 # -- known answers at the call sites (rule 16): the learning rate the optimiser used ----------
-
-#: The run every schedule is checked on: 8 steps, 4 of them warmup, d_model 16 (tiny_model).
-STEPS, WARMUP, D_MODEL = 8, 4, 16
-
-
 def formula_lr(schedule: str, t: int, lr: float, warmup: int, total: int, d_model: int) -> float:
     """The schedules at 1-based step ``t``: noam is Vaswani et al. 2017 eq. 3 scaled by ``lr``;
     constant and cosine warm up linearly to lr, then stay or fall as a half cosine to 0."""
@@ -616,6 +548,8 @@ def formula_lr(schedule: str, t: int, lr: float, warmup: int, total: int, d_mode
     return lr * 0.5 * (1 + math.cos(math.pi * (t - warmup) / (total - warmup)))
 
 
+#: The run every schedule is checked on: 8 steps, 4 of them warmup, d_model 16 (tiny_model).
+STEPS, WARMUP, D_MODEL = 8, 4, 16
 #: Hand-worked values at step 1, the last warmup step (4), warmup+1 (5) and the last step (8).
 #: noam, lr 1, d 16 (16^-0.5 = 1/4), warmup 4 (4^-1.5 = 1/8):
 #:   t=1: 1/4 * min(1, 1/8) = 1/32;  t=4: 1/4 * min(1/2, 4/8) = 1/8;
@@ -682,15 +616,14 @@ def test_without_warmup_the_first_step_already_follows_the_schedule(
     lr = HAND_LR[schedule][0]
     used, _, _ = run_recording_lr(tmp_path, schedule, lr, 0)
     # by hand: noam (warmup counts as 1) lr/4 * t^-0.5; constant lr; cosine lr(1+cos(pi t/8))/2
-    hand = {"noam": [lr / 4 * t**-0.5 for t in range(1, STEPS + 1)],
-            "constant": [lr] * STEPS,
-            "cosine": [lr * (1 + math.cos(math.pi * t / STEPS)) / 2
-                       for t in range(1, STEPS + 1)]}[schedule]
+    steps = range(1, STEPS + 1)
+    hand = {"noam": [lr / 4 * t**-0.5 for t in steps], "constant": [lr] * STEPS,
+            "cosine": [lr * (1 + math.cos(math.pi * t / STEPS)) / 2 for t in steps]}[schedule]
     assert used == pytest.approx(hand, rel=1e-12, abs=1e-15)
 
 
 # -- scheduled sampling feeds the previous position's prediction -----------------------------
-class PositionOracle(EncoderDecoder):
+class PositionOracle(nn.Module):
     """Predicts token 4 + t at position t whatever the inputs, by a margin of 10 logits;
     records every decoder input it is given."""
 
@@ -700,21 +633,13 @@ class PositionOracle(EncoderDecoder):
         self.bias = nn.Parameter(torch.zeros(vocab))  # something for the optimiser to step
         self.calls: list[torch.Tensor] = []
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any:
-        return src
-
-    def decode(self, tgt_in: torch.Tensor, memory: Any) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
+                ) -> torch.Tensor:
         self.calls.append(tgt_in.detach().clone())
         b, t = tgt_in.shape
         table = torch.zeros(t, self.vocab)
         table[torch.arange(t), torch.arange(t) + 4] = 10.0
         return table.expand(b, t, self.vocab) + self.bias  # (B, T, V)
-
-    def start(self, memory: Any) -> Any:
-        raise NotImplementedError
-
-    def step(self, tokens: torch.Tensor, memory: Any, state: Any) -> tuple[torch.Tensor, Any]:
-        raise NotImplementedError
 
 
 def test_scheduled_sampling_feeds_the_previous_positions_prediction_after_bos(
@@ -752,7 +677,6 @@ def test_each_logged_step_names_the_epoch_its_cursor_stood_in_when_the_step_bega
 
 
 # -- rules checked where they take effect: special ids, loss, clipping, eval mode -------------
-
 #: Special ids at the top of the vocabulary: a call site that hard-codes 0..3 gets them wrong.
 HIGH_IDS = SpecialIds(pad=8, unk=9, bos=10, eos=11)
 
@@ -875,18 +799,12 @@ def seeded_loop(work: Path, dev: int = 7, **train: object) -> TrainLoop:
                    examples(dev, seed=9, lengths=(1, 5)),
                    tiny_model(dropout=0.2, seed=7, **SMALL).train(), contract={"task": "s2s"},
                    **{"seed": 5, "batch_size": 4, "bucket_width": 2, "max_steps": 6, "lr": 3e-2,
-                      "eval_every": 2, "checkpoint_every": 1, "ledger_every": 1,
-                      "keep_last": 2, **train})
+                      "eval_every": 2, "checkpoint_every": 1, "ledger_every": 1, "keep_last": 2,
+                      **train})
 
 
 #: 3 likelihood steps, then 3 minimum-risk steps at their own rate.
 MRT = {"max_steps": 3, "mrt_steps": 3, "mrt_lr": 1e-3}
-
-
-def without_decoding(history: list[list[object]]) -> list[tuple[str, ...]]:
-    """History rows as the log's text (NaN equal to NaN), without the dev decoding's cells."""
-    n = len(StepLog.__dataclass_fields__) - len(DECODE_COLUMNS)
-    return [tuple(map(str, r[:n])) for r in history]
 
 
 def test_decoding_on_or_off_leaves_every_ledger_state_and_the_log_the_same(tmp_path: Path) -> None:
@@ -897,25 +815,20 @@ def test_decoding_on_or_off_leaves_every_ledger_state_and_the_log_the_same(tmp_p
     assert all(math.isnan(e.dev_wer) for e in off.state.history)
     files = [[p.name for p in ledger_files(run.ckpt.ledger)] for run in (on, off)]
     assert files[0] == files[1] and len(files[0]) == 7
+    n = len(StepLog.__dataclass_fields__) - len(DECODE_COLUMNS)  # the cells before decoding's
     for name in files[0]:
         a, b = (Checkpoint.load(run.ckpt.ledger / name).payload for run in (on, off))
-        a_history, b_history = a.pop("history"), b.pop("history")
+        # the history rows as the log's text (NaN equal to NaN), without dev decoding's cells
+        a_history, b_history = ([tuple(map(str, r[:n])) for r in p.pop("history")] for p in (a, b))
         assert first_difference(a, b) is None, name  # weights, optimizer, RNGs, data cursor
-        assert without_decoding(a_history) == without_decoding(b_history)
+        assert a_history == b_history
 
 
 def test_a_killed_run_with_dev_decoding_resumes_to_the_same_log_and_weights(tmp_path: Path) -> None:
-    straight = trained(seeded_loop(tmp_path / "straight"))
-    first = seeded_loop(tmp_path / "killed")  # the RNGs it resumes come from the checkpoint
-    first.resume()
-    kill_after(first, 3)  # between evaluations 2 and 4
-    again = seeded_loop(tmp_path / "killed")
-    assert again.resume() == "ckpt-00000003.pt"
-    finish(again)
-    assert log_text(straight) == log_text(again)  # the dev decoding's cells included
+    # killed between evaluations 2 and 4; the RNGs it resumes come from the checkpoint, and the
+    # logs compared hold the dev decoding's cells
+    again = killed_and_resumed(seeded_loop, tmp_path, 3)
     assert all(not math.isnan(e.dev_wer) for e in again.state.history if e.step % 2 == 0)
-    for a, b in zip(straight.model.parameters(), again.model.parameters()):
-        assert torch.equal(a, b)
 
 
 def test_select_best_dev_wer_exports_the_lowest_wer_step_as_best_pt(tmp_path: Path) -> None:
@@ -941,20 +854,17 @@ def test_the_mrt_steps_follow_the_likelihood_steps_at_their_own_rate(
 
 
 def test_a_killed_mrt_run_resumes_to_the_same_weights_and_log(tmp_path: Path) -> None:
-    straight = trained(seeded_loop(tmp_path / "straight", 5, mrt_search="sample", **MRT))
-    first = seeded_loop(tmp_path / "killed", 5, mrt_search="sample", **MRT)
-    first.resume()
-    kill_after(first, 4)  # inside the MRT phase: its sampling generator is checkpointed
-    again = seeded_loop(tmp_path / "killed", 5, mrt_search="sample", **MRT)
-    assert again.resume() == "ckpt-00000004.pt"
-    finish(again)
-    assert log_text(straight) == log_text(again)
-    assert all(torch.equal(a, b) for a, b in zip(straight.model.parameters(),
-                                                 again.model.parameters()))
+    # killed after step 4, inside the MRT phase: its sampling generator is checkpointed
+    killed_and_resumed(lambda work: seeded_loop(work, 5, mrt_search="sample", **MRT), tmp_path, 4)
 
 
-# -- on a CUDA device (issue 16): marked cuda, skipped where no GPU is visible ------------------
-NEEDS_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# -- on a CUDA device (issue 16) ---------------------------------------------------------------
+def on_gpu(test: Callable[..., None]) -> Callable[..., None]:
+    """Marked cuda (what benchmarks/gpu.py selects) and skipped where no GPU is visible."""
+    return pytest.mark.cuda(pytest.mark.skipif(not torch.cuda.is_available(),
+                                               reason="needs a CUDA GPU")(test))
+
+
 GPU_MODEL = ModelConfig(transformer=TransformerConfig(d_model=32, n_heads=2, enc_layers=1,
                                                       dec_layers=1, d_ff=64, dropout=0.1))
 
@@ -972,8 +882,7 @@ def cuda_loop(tmp: Path, amp: str = "none", max_steps: int = 6,
     return TrainLoop(model, cfg, feed, CheckpointDir(tmp, 3), {"t": 1}, 32)
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_model_batches_and_optimizer_state_live_on_the_configured_device(tmp_path: Path) -> None:
     run = cuda_loop(tmp_path)
     run.resume()
@@ -987,8 +896,7 @@ def test_model_batches_and_optimizer_state_live_on_the_configured_device(tmp_pat
                if torch.is_tensor(t) and k != "step")
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_fp16_autocast_trains_through_the_grad_scaler_and_skips_non_finite_steps(
         tmp_path: Path) -> None:
     run = cuda_loop(tmp_path, amp="fp16")
@@ -1003,8 +911,7 @@ def test_fp16_autocast_trains_through_the_grad_scaler_and_skips_non_finite_steps
     assert all(torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_continuing_a_finished_run_on_one_gpu_equals_the_straight_run(tmp_path: Path) -> None:
     # issue 53: constant schedule (cosine depends on max_steps); the first run's closing
     # evaluation at step 3 leaves the history when it is continued (docs/training.md)
@@ -1012,14 +919,10 @@ def test_continuing_a_finished_run_on_one_gpu_equals_the_straight_run(tmp_path: 
     trained(cuda_loop(tmp_path / "b", max_steps=3, schedule="constant"))
     second = cuda_loop(tmp_path / "b", schedule="constant")
     assert second.resume() == "ckpt-00000003.pt"
-    finish(second)
-    for a, b in zip(straight.model.parameters(), second.model.parameters()):
-        assert torch.equal(a, b)
-    assert log_text(straight) == log_text(second)
+    assert_same_run(straight, finish(second))
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_a_gpu_run_steps_with_the_fused_optimizer_and_one_read_back_a_window(
         tmp_path: Path) -> None:
     # issue 53: auto is torch's fused Adam on CUDA; reading the device back once per window
@@ -1030,9 +933,7 @@ def test_a_gpu_run_steps_with_the_fused_optimizer_and_one_read_back_a_window(
         run.sync_every = window
         runs.append(trained(run))
     assert runs[0].fused and runs[0].opt.defaults["fused"]
-    assert log_text(runs[0]) == log_text(runs[1])
-    assert all(torch.equal(a, b) for a, b in zip(runs[0].model.parameters(),
-                                                 runs[1].model.parameters()))
+    assert_same_run(runs[0], runs[1])
 
 
 def steps_under_sync_check(run: TrainLoop, n: int) -> list[StepLog]:
@@ -1046,8 +947,7 @@ def steps_under_sync_check(run: TrainLoop, n: int) -> list[StepLog]:
     return run._settle(pending)
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 @pytest.mark.parametrize("amp", ("none", "bf16"))
 def test_a_gpu_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path, amp: str) -> None:
     # issue 53: CUDA's own sync check, the GPU twin of the CPU's ReadBacks test: any copy
@@ -1058,20 +958,18 @@ def test_a_gpu_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path, amp: st
 
 
 # -- the step as CUDA graphs (issue 53; seqcore/training/graphs.py) ---------------------------
-#: The graphed step, run eagerly on the CPU (capture needs CUDA); the fused Adam it needs.
-GRAPHED = {"cuda_graphs": "on", **KERNELS["fused"]}
-
-
-def varied() -> list[Example]:
-    """Pairs of 1 to 14 tokens: padded to 8 or 16 positions, so a run meets several shapes."""
-    return examples(40, seed=3, lengths=(1, 14))
+def graphed_loop(work: Path, **train: object) -> TrainLoop:
+    """6 steps of the graphed step, run eagerly on the CPU (capture needs CUDA), with the fused
+    Adam it needs, on pairs of 1 to 14 tokens: padded to 8 or 16 positions, so a run meets
+    several shapes."""
+    return plain_loop(work, examples(40, seed=3, lengths=(1, 14)), **{
+        "max_steps": 6, "cuda_graphs": "on", **KERNELS["fused"], **train})
 
 
 def test_a_graphed_run_trains_as_the_eager_run_but_for_rounding(tmp_path: Path) -> None:
     # padding to multiples of 8 and the optimiser's tensor learning rate round differently
     # (a training-contract key); nothing else differs: the same losses, norms and tokens
-    eager, graphed = (finish(plain_loop(tmp_path / mode, varied(), max_steps=6, cuda_graphs=mode,
-                                        **KERNELS["fused"])) for mode in ("off", "on"))
+    eager, graphed = (finish(graphed_loop(tmp_path / m, cuda_graphs=m)) for m in ("off", "on"))
     assert graphed.graphs is not None and len(graphed.graphs.shapes) > 1
     for field_ in ("loss", "grad_norm"):
         assert [getattr(e, field_) for e in graphed.state.history] == pytest.approx(
@@ -1086,43 +984,27 @@ def test_a_graphed_run_trains_as_the_eager_run_but_for_rounding(tmp_path: Path) 
 def test_a_graphed_step_keeps_nothing_of_an_earlier_micro_batch_in_its_buffers(
         tmp_path: Path) -> None:
     # the same run with new buffers (and, on CUDA, new graphs) at every step: the same bytes
-    reused = finish(plain_loop(tmp_path / "a", varied(), max_steps=6, accum_steps=2, **GRAPHED))
-    fresh = plain_loop(tmp_path / "b", varied(), max_steps=6, accum_steps=2, **GRAPHED)
+    reused = finish(graphed_loop(tmp_path / "a", accum_steps=2))
+    fresh = graphed_loop(tmp_path / "b", accum_steps=2)
     fresh.on_step = lambda step: setattr(fresh, "graphs", None)
-    finish(fresh)
-    assert log_text(reused) == log_text(fresh)
-    assert all(torch.equal(a, b) for a, b in zip(reused.model.parameters(),
-                                                 fresh.model.parameters()))
+    assert_same_run(reused, finish(fresh))
 
 
-def test_a_killed_graphed_run_resumes_to_the_straight_runs_log_and_weights(
-        tmp_path: Path) -> None:
+def test_a_killed_graphed_run_resumes_to_the_straight_runs_log_and_weights(tmp_path: Path) -> None:
     # the graphs are built again after a resume, from the checkpoint's optimiser state
-    straight = trained(plain_loop(tmp_path / "straight", varied(), max_steps=6,
-                                  checkpoint_every=2, **GRAPHED))
-    first = plain_loop(tmp_path / "killed", varied(), max_steps=6, checkpoint_every=2, **GRAPHED)
-    first.resume()
-    kill_after(first, 4)
-    again = plain_loop(tmp_path / "killed", varied(), max_steps=6, checkpoint_every=2, **GRAPHED)
-    assert again.resume() == "ckpt-00000004.pt"
-    finish(again)
-    assert log_text(straight) == log_text(again)
-    assert all(torch.equal(a, b) for a, b in zip(straight.model.parameters(),
-                                                 again.model.parameters()))
+    again = killed_and_resumed(lambda work: graphed_loop(work, checkpoint_every=2), tmp_path, 4)
     saved = Checkpoint.load(again.ckpt.root / "ckpt-00000006.pt").payload["optimizer"]
     assert isinstance(saved["param_groups"][0]["lr"], float)  # not the device scalar
 
 
 def test_minimum_risk_steps_after_graphed_steps_run_eagerly(tmp_path: Path) -> None:
-    run = finish(plain_loop(tmp_path, varied(), max_steps=3, mrt_steps=2, mrt_candidates=2,
-                            **GRAPHED))
+    run = finish(graphed_loop(tmp_path, max_steps=3, mrt_steps=2, mrt_candidates=2))
     assert run.graphs is None and isinstance(run.opt.param_groups[0]["lr"], float)
     assert [e.step for e in run.state.history] == [1, 2, 3, 4, 5]
     assert all(math.isfinite(e.loss) for e in run.state.history)
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 @pytest.mark.parametrize("amp", ("none", "bf16"))
 def test_a_captured_step_equals_the_same_step_run_eagerly_on_the_gpu(
         tmp_path: Path, amp: str) -> None:
@@ -1136,13 +1018,10 @@ def test_a_captured_step_equals_the_same_step_run_eagerly_on_the_gpu(
     captured, eager = runs
     assert all(s.graph.graph is not None for s in captured.graphs.shapes.values()
                if s.graph.runs > 1)
-    assert log_text(captured) == log_text(eager)
-    assert all(torch.equal(a, b) for a, b in zip(captured.model.parameters(),
-                                                 eager.model.parameters()))
+    assert_same_run(captured, eager)
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_a_captured_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path) -> None:
     run = cuda_loop(tmp_path, cuda_graphs="on")
     batch = run.feed.draw()
@@ -1152,33 +1031,12 @@ def test_a_captured_step_makes_no_call_that_waits_for_the_gpu(tmp_path: Path) ->
     assert next(iter(run.graphs.shapes.values())).graph.graph is not None
 
 
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_a_killed_captured_gpu_run_resumes_to_the_straight_runs_bytes(tmp_path: Path) -> None:
-    straight = trained(cuda_loop(tmp_path / "straight", cuda_graphs="on"))
-    first = cuda_loop(tmp_path / "killed", cuda_graphs="on")
-    first.resume()
-    kill_after(first, 3)
-    again = cuda_loop(tmp_path / "killed", cuda_graphs="on")
-    assert again.resume() == "ckpt-00000003.pt"
-    finish(again)
-    assert log_text(straight) == log_text(again)
-    assert all(torch.equal(a, b) for a, b in zip(straight.model.parameters(),
-                                                 again.model.parameters()))
+    killed_and_resumed(lambda work: cuda_loop(work, cuda_graphs="on"), tmp_path, 3)
 
 
-class IdentityTok:
-    """Just enough of a tokenizer for decode_examples: ids printed as text."""
-
-    def decode(self, ids: list[int]) -> str:
-        return " ".join(map(str, ids))
-
-    def piece(self, i: int) -> str:
-        return str(i)
-
-
-@pytest.mark.cuda
-@NEEDS_GPU
+@on_gpu
 def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
     run = trained(cuda_loop(tmp_path))
     meta = ModelMeta("sig", 3, "last", 3, 0, None, {"train.device_kind": "cuda"})
@@ -1188,7 +1046,7 @@ def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
     model = saved.build()
     assert all(p.device.type == "cpu" for p in model.parameters())
     rows = decode_examples(model, examples(16, seed=3, high=12, shift=0),
-                           make_decoder(DecodeConfig(max_len=12), IDS), IDS, IdentityTok(), 8)
+                           make_decoder(DecodeConfig(max_len=12), IDS), IDS, IdPieces(), 8)
     assert len(rows) == 16 and all(0 <= t < 12 for r in rows for t in r.tokens)
     assert saved.meta == meta
 
@@ -1196,11 +1054,8 @@ def test_a_cuda_trained_model_decodes_on_the_cpu(tmp_path: Path) -> None:
 def clipped_grads(tmp_path: Path, clip_norm: float) -> list[torch.Tensor]:
     """The gradients one real training step leaves: 2 micro-batches, an enabled grad scaler
     (fp16's, at 2**12), the given clip threshold."""
-    cfg = TrainConfig(amp="none", batch_size=2, accum_steps=2, bucket_width=100,
-                      schedule="constant", lr=1e-3, warmup_steps=0, threads=1, clip_norm=clip_norm)
-    loop = TrainLoop(tiny_model(enc_layers=1, dec_layers=1, max_len=16).train(), cfg,
-                     Seq2SeqFeed((examples(8, seed=7), []), IDS, SequenceConfig(), cfg),
-                     CheckpointDir(tmp_path / f"ck{clip_norm}", 1), {}, 16)
+    loop = trainer(tmp_path / f"ck{clip_norm}", examples(8, seed=7), SequenceConfig(),
+                   accum_steps=2, clip_norm=clip_norm)
     loop.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
     loop.train_step()
     return [p.grad for p in loop.model.parameters()]
