@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,8 +21,15 @@ import torch  # noqa: E402
 
 from seqcore.contract import SpecialIds
 from tests.factories import IDS
-from tests.pipeline_helpers import AUDIT_SAMPLE, TINY_PARAMS, copy_repo, merge, tool_env
+from tests.pipeline_helpers import (
+    AUDIT_SAMPLE, TINY_PARAMS, copy_repo, copy_result, merge, tool_env)
 from tests.servers import Team, team_stack
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """An e2e test is slow too (`make test-fast`, ``-m "not slow"``, leaves it out)."""
+    if item.get_closest_marker("e2e"):
+        item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +57,19 @@ def audit_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                          env=tool_env(), capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     return repo, res.stdout + res.stderr
+
+
+@pytest.fixture
+def result_copy(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
+    """A copy of the result for one test (its MLflow store points into the copy)."""
+    return copy_result(audit_result[0], tmp_path / "result")
+
+
+@pytest.fixture
+def result_files(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
+    """The result's files for one test: a stage that stops may leave its outputs half
+    cleared, as under `dvc repro`, which removes them before it runs a stage."""
+    return shutil.copytree(audit_result[0], tmp_path / "repo", symlinks=True)
 
 
 @pytest.fixture(scope="session")

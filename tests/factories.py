@@ -44,6 +44,7 @@ from seqcore.models.rnnlm import RNNLM, RNNLMShape
 from seqcore.sequences import Batch, make_batch
 from seqcore.tasks.lm.documents import CharVocab, Document, split_documents
 from seqcore.tasks.parallel.evaluate import eval_spec
+from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
 from seqcore.training.checkpoint import FIELDS, SCHEMA_VERSION, Checkpoint, CheckpointDir
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
@@ -192,15 +193,16 @@ class Killed(Exception):
     """Stands in for SIGKILL: raised from ``on_step`` after the step's checkpoint."""
 
 
-def s2s_loop(work: Path, max_steps: int, **train: object) -> TrainLoop:
-    """A fresh tiny encoder-decoder run on 12 pairs, 4 per batch (3 batches an epoch),
-    checkpointing every step into ``work``."""
+def s2s_loop(work: Path, max_steps: int, dev: int = 0, **train: object) -> TrainLoop:
+    """A fresh tiny encoder-decoder run on 12 pairs, 4 per batch (3 batches an epoch), with the
+    next ``dev`` pairs of the same draw as its dev set, checkpointing every step into ``work``."""
     cfg = TrainConfig(**{"seed": S2S_SEED, "amp": "none", "batch_size": 4, "bucket_width": 2,
                          "max_steps": max_steps, "schedule": "constant", "lr": 1e-2,
                          "warmup_steps": 0, "eval_every": 100, "checkpoint_every": 1,
                          "keep_last": 2, "threads": 1, **train})
     model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
-    feed = Seq2SeqFeed((examples(12, seed=3, lengths=(1, 5)), []), IDS, SequenceConfig(), cfg)
+    pairs = examples(12 + dev, seed=3, lengths=(1, 5))
+    feed = Seq2SeqFeed((pairs[:12], pairs[12:]), IDS, SequenceConfig(), cfg)
     return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
 
 
@@ -267,6 +269,31 @@ def eval_nll(model: nn.Module, data: list[Example]) -> float:
     return float(-logp.gather(-1, b.tf.labels.clamp(min=0)[..., None])[..., 0][valid].sum())
 
 
+class Oracle(nn.Module):
+    """Fixed logits whatever the inputs: a bias parameter (``bump`` at ``token``) plus, if
+    ``positional``, 10 at token 4 + t at position t; records each decoder input and grad mode."""
+
+    def __init__(self, vocab: int = 12, bump: float = 0.0, positional: bool = False,
+                 token: int = 7) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab))  # something for the optimiser to step
+        with torch.no_grad():
+            self.bias[token] = bump
+        self.positional = positional
+        self.calls: list[torch.Tensor] = []
+        self.grad_modes: list[bool] = []
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
+                ) -> torch.Tensor:
+        self.calls.append(tgt_in.detach().clone())
+        self.grad_modes.append(torch.is_grad_enabled())
+        b, t = tgt_in.shape
+        table = torch.zeros(t, len(self.bias))
+        if self.positional:
+            table[torch.arange(t), torch.arange(t) + 4] = 10.0
+        return table.expand(b, t, -1) + self.bias  # (B, T, V)
+
+
 # -- evaluation inputs: rows, rules and tokenizers ------------------------------------------
 
 
@@ -287,6 +314,19 @@ def g2p(evaluate: dict | None = None) -> EvalSpec:
     """The evaluation of the g2p task with these ``evaluate`` settings (None: the defaults)."""
     return recompute.eval_spec(config_from_dict({"evaluate": evaluate} if evaluate else {}),
                                is_illegal_phoneme)
+
+
+def trained_tokenizer(texts: list[str], path: Path, model_type: str = "char", vocab: int = 40,
+                      ids: SpecialIds = IDS, coverage: float = 1.0) -> Tokenizer:
+    """A SentencePiece tokenizer trained on ``texts`` and saved at ``path``."""
+    settings = TokenizerSettings(model_type, vocab, coverage)  # type: ignore[arg-type]
+    return Tokenizer(train_sentencepiece(texts, settings, ids, path))
+
+
+def written(path: Path, data: str | bytes) -> Path:
+    """``path`` with ``data`` written to it (text as UTF-8)."""
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
 
 
 class IdPieces:

@@ -32,6 +32,7 @@ from tests.factories import REPO
 
 if TYPE_CHECKING:
     import mlflow
+    from mlflow.entities import Run
 
 #: Parameters small enough for the end-to-end `dvc repro` test (a few hundred pairs).
 TINY_PARAMS = {
@@ -166,6 +167,14 @@ def tool_env() -> dict[str, str]:
 AUDIT_SAMPLE = 5
 
 
+def run_python(cwd: Path, *args: str, env: dict[str, str] | None = None,
+               python: str | None = None, timeout: float | None = None
+               ) -> subprocess.CompletedProcess:
+    """``python ARGS`` in ``cwd``, output as text (by default the stage worker's, tool_env())."""
+    return subprocess.run([python or stage_python(), *args], cwd=cwd, capture_output=True,
+                          env=tool_env() if env is None else env, text=True, timeout=timeout)
+
+
 def dvc(repo: Path, *args: str) -> str:
     """`dvc ARGS` in ``repo`` (this venv's); asserts success and returns what it printed."""
     env = tool_env()
@@ -213,8 +222,7 @@ def run_stage(work: Path, stage: str, overrides: dict | None = None) -> subproce
                                                            overrides or {})))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     # the stage worker's python: ``work`` holds no code, so the stage imports REPO's
-    return subprocess.run([stage_python(), "-m", f"pipeline.{stage}"], cwd=work, env=env,
-                          capture_output=True, text=True)
+    return run_python(work, "-m", f"pipeline.{stage}", env=env)
 
 
 CODE_ROOTS = ("pipeline", "seqcore")
@@ -289,11 +297,28 @@ def make_record(uri: str, n_params: int = 2 * MAX_PARAMS_PER_BATCH + 17) -> RunR
         {"params.yaml": "task: g2p\n", "predictions/test.sample.jsonl": '{"id": 1}\n'})
 
 
+def result_runs(repo: Path, experiment: str = "seqcore-g2p",
+                **search: Any) -> tuple[mlflow.MlflowClient, list[Run]]:
+    """The client of ``repo``'s MLflow store and its runs of ``experiment`` (newest first)."""
+    import mlflow  # noqa: PLC0415 (slow import: only the tests that read runs)
+
+    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment).experiment_id
+    return client, client.search_runs([exp], order_by=["attributes.start_time DESC"], **search)
+
+
+def run_artifact(client: mlflow.MlflowClient, rid: str, name: str, tmp: Path) -> bytes:
+    """The bytes of artifact ``name`` of run ``rid``, downloaded into ``tmp / rid``."""
+    import mlflow  # noqa: PLC0415 (slow import: only the tests that log runs)
+
+    return Path(mlflow.artifacts.download_artifacts(
+        run_id=rid, artifact_path=name, dst_path=str(tmp / rid),
+        tracking_uri=client.tracking_uri)).read_bytes()
+
+
 def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: RunRecord,
                        tmp: Path) -> None:
     """The run ``rid`` holds every param, metric, step, tag and text of ``record``."""
-    import mlflow  # noqa: PLC0415 (slow import: only the tests that log runs)
-
     run = client.get_run(rid)
     assert run.info.run_name == record.run_name
     assert run.data.params == {k: v for k, v in param_items(record.params)}
@@ -304,10 +329,7 @@ def assert_run_matches(client: mlflow.MlflowClient, rid: str, record: RunRecord,
     assert {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")} == \
         record.tags
     for name, text in record.texts.items():
-        local = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=name,
-                                                    dst_path=str(tmp / rid),
-                                                    tracking_uri=client.tracking_uri)
-        assert Path(local).read_text() == text
+        assert run_artifact(client, rid, name, tmp).decode() == text
 
 
 def doc_blocks(page: Path, lang: str) -> list[tuple[str, str]]:
@@ -406,9 +428,7 @@ def run_broken(repo: Path, stage: str, tmp_path: Path) -> int:
     turn, the stage run on it, the file restored. Returns the number of runs."""
     runs = 0
     for rel, how in each_broken(repo, broken_input_cases(repo, stage), tmp_path / "hostile-ran"):
-        res = subprocess.run([stage_python(), "-m", f"pipeline.{stage}"], cwd=repo,
-                             env=tool_env(), capture_output=True, text=True)
-        assert_one_line_or_fallback(res, rel, how)
+        assert_one_line_or_fallback(run_python(repo, "-m", f"pipeline.{stage}"), rel, how)
         runs += 1
     return runs
 
@@ -419,8 +439,7 @@ def each_broken(root: Path, files: list[str], marker: Path) -> Iterator[tuple[st
     ran (it creates ``marker``)."""
     for rel in files:
         target = root / rel
-        good = target.read_bytes()
-        try:
+        with restored(target) as (good,):
             for how, content in broken_variants(target, str(marker)).items():
                 if content is None:
                     target.unlink()
@@ -429,8 +448,17 @@ def each_broken(root: Path, files: list[str], marker: Path) -> Iterator[tuple[st
                 yield rel, how
                 target.write_bytes(good)
                 assert not marker.exists(), f"{rel} {how}: the pickle's code ran"
-        finally:
-            target.write_bytes(good)
+
+
+@contextlib.contextmanager
+def restored(*paths: Path) -> Iterator[tuple[bytes, ...]]:
+    """Yields the bytes of ``paths`` and writes them back on leaving (a test changes them)."""
+    kept = tuple(path.read_bytes() for path in paths)
+    try:
+        yield kept
+    finally:
+        for path, data in zip(paths, kept, strict=True):
+            path.write_bytes(data)
 
 
 #: Paths that are code or tooling, not a result's files.

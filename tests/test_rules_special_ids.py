@@ -13,9 +13,9 @@ from seqcore.data.examples import Example
 from seqcore.decoding.greedy import greedy
 from seqcore.losses import sequence_loss
 from seqcore.models.base import EncoderDecoder
-from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
+from seqcore.tokenizer import Tokenizer
 from seqcore.sequences import make_batch
-from tests.factories import FAMILIES, REPO, tiny_model
+from tests.factories import FAMILIES, REPO, tiny_model, trained_tokenizer
 
 ODD = SpecialIds(pad=5, unk=6, bos=7, eos=4)
 WORDS = ["abcdef", "ghijkl", "mnopq", "fedcba", "kjihg", "qponm", "aceg", "bdfh"]
@@ -24,9 +24,7 @@ SEQCORE = REPO / "seqcore"
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("spm") / "chars.model"
-    train_sentencepiece(WORDS, TokenizerSettings("char", 40, 1.0), ODD, path)
-    return Tokenizer(path)
+    return trained_tokenizer(WORDS, tmp_path_factory.mktemp("spm") / "chars.model", ids=ODD)
 
 
 def odd_batch(tok: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, TeacherForcing]:

@@ -9,25 +9,20 @@ from seqcore.contract import SpecialIds
 from seqcore.data.readers import read_pairs
 from seqcore.text import SPECIAL_PIECES, normalize
 from seqcore.tokenizer import (
-    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, TextContract, Tokenizer, TokenizerSettings,
-    check_special_ids, round_trip, train_sentencepiece)
+    BOS_PIECE, EOS_PIECE, PAD_PIECE, UNK_PIECE, TextContract, check_special_ids, round_trip)
+from tests.factories import trained_tokenizer, written
 
 SPECIAL_SPELLINGS = ["<s>", "</s>", "<pad>", "<unk>", "a<s>b", "<s></s>", "say <unk> now"]
 CORPUS = ["the cat sat", "a dog ran", "x<s>y and </s>", "<pad> or <unk>", "hello world",
           "the dog sat on the cat"] * 10
 
 
-def _train(tmp_path: Path, texts: list[str], model_type: str, vocab: int,
-           ids: SpecialIds, coverage: float = 1.0) -> Tokenizer:
-    settings = TokenizerSettings(model_type, vocab, coverage)  # type: ignore[arg-type]
-    return Tokenizer(train_sentencepiece(texts, settings, ids, tmp_path / f"{model_type}.model"))
-
-
 @pytest.mark.parametrize("model_type, vocab", [("char", 40), ("bpe", 45), ("unigram", 40),
                                                ("word", 40)])
 def test_text_spelling_a_special_token_or_a_piece_is_ordinary_text(
         tmp_path: Path, ids: SpecialIds, model_type: str, vocab: int) -> None:
-    tok = _train(tmp_path, CORPUS + SPECIAL_SPELLINGS, model_type, vocab, ids)
+    tok = trained_tokenizer(CORPUS + SPECIAL_SPELLINGS, tmp_path / f"{model_type}.model",
+                            model_type, vocab, ids)
     special = {ids.pad, ids.unk, ids.bos, ids.eos}
     # every piece's readable spelling too ("▁" is SentencePiece's space)
     readable = [p.replace("\u2581", " ").strip() for p in tok.pieces()[4:]]
@@ -43,8 +38,7 @@ def test_special_pieces_cannot_be_spelled_by_any_accepted_text(tmp_path: Path) -
     for piece in sorted(SPECIAL_PIECES):
         with pytest.raises(ValueError, match="control-chars"):
             contract.apply(f"a {piece} b")
-    raw = tmp_path / "p.tsv"
-    raw.write_text("".join(f"a {piece} b\tx\n" for piece in sorted(SPECIAL_PIECES)))
+    raw = written(tmp_path / "p.tsv", "".join(f"a {p} b\tx\n" for p in sorted(SPECIAL_PIECES)))
     res = read_pairs(raw, "tsv", "skip", "nfkc", True)
     assert res.pairs == [] and res.counts()["dropped"] == {"control-chars-source": 4}
     with pytest.raises(ValueError, match="reserved-char"):
@@ -60,7 +54,7 @@ def test_text_contract_applies_the_same_normalisation_as_the_readers() -> None:
 
 def test_pinned_special_ids_are_what_the_trained_model_holds(tmp_path: Path) -> None:
     pinned = SpecialIds(pad=3, unk=0, bos=1, eos=2)
-    tok = _train(tmp_path, CORPUS, "char", 40, pinned)
+    tok = trained_tokenizer(CORPUS, tmp_path / "char.model", ids=pinned)
     check_special_ids(tok, pinned)
     assert [tok.piece(i) for i in (3, 0, 1, 2)] == [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]
     with pytest.raises(ValueError, match="differ from params.yaml"):
@@ -70,7 +64,7 @@ def test_pinned_special_ids_are_what_the_trained_model_holds(tmp_path: Path) -> 
 def test_every_training_row_round_trips_with_full_character_coverage(
         tmp_path: Path, ids: SpecialIds) -> None:
     words = [f"{a}{b}{c}" for a in "abcdefg" for b in "hijk'" for c in "lmnop"]
-    tok = _train(tmp_path, words, "char", 60, ids)
+    tok = trained_tokenizer(words, tmp_path / "char.model", vocab=60, ids=ids)
     report = round_trip(tok, words, [f"f:{i}" for i in range(len(words))])
     assert (report.rows, report.failed, report.examples) == (len(words), 0, [])
 
@@ -78,7 +72,8 @@ def test_every_training_row_round_trips_with_full_character_coverage(
 def test_round_trip_reports_rows_that_hit_unknown_pieces_and_why(tmp_path: Path,
                                                                   ids: SpecialIds) -> None:
     texts = ["aa bb"] * 20 + ["aa zz", "bb yy", "aa zz"]
-    tok = _train(tmp_path, texts, "word", 6, ids)  # room for 4 specials + "▁aa" + "▁bb" only
+    # room for 4 specials + "▁aa" + "▁bb" only
+    tok = trained_tokenizer(texts, tmp_path / "word.model", "word", 6, ids)
     assert tok.pieces()[4:] == ["\u2581aa", "\u2581bb"]
     where = [f"f:{i + 1}" for i in range(len(texts))]
     report = round_trip(tok, texts, where, max_examples=2)

@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pytest
-from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.entities import Metric, Param, RunTag
 
 from pipeline.audit.cli import main as audit_main
 from pipeline.audit.core import audit
@@ -26,26 +25,14 @@ from seqcore.config import load_config
 from seqcore.signature import NO_RESULT_KEYS
 from seqcore.signature_format import inherited_diff
 from tests.factories import REPO
-from tests.pipeline_helpers import AUDIT_SAMPLE, copy_result, run_audit, stage_python, tool_env
+from tests.pipeline_helpers import (
+    AUDIT_SAMPLE, copy_result, result_runs, run_artifact, run_audit, run_python, tool_env)
 
-pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "fetch redone",
           "prepare redone", "tokenizer redone", "baseline redone", "decode redone",
           "evaluate redone", "training record", "training replay", "mlflow run", "environment",
           "package versions"]
-
-
-@pytest.fixture
-def copied(audit_result: tuple[Path, str], tmp_path: Path) -> Path:
-    return shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
-
-
-def store(repo: Path, **search: object) -> tuple[mlflow.MlflowClient, list[Run]]:
-    """The repo's MLflow store and its runs of seqcore-g2p (``search`` as search_runs')."""
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("seqcore-g2p").experiment_id
-    return client, client.search_runs([exp], **search)
 
 
 def edit_prediction(repo: Path) -> None:
@@ -88,7 +75,7 @@ def edit_metric(repo: Path) -> None:
 def change_mlflow_param(repo: Path) -> None:
     # MLflow params are immutable, so the tampering is a newer run (the one the audit reads
     # by default) that copies the real run except for one param.
-    client, (real,) = store(repo)
+    client, (real,) = result_runs(repo)
     fake = client.create_run(real.info.experiment_id, run_name=real.info.run_name).info.run_id
     params = [Param(k, v) for k, v in real.data.params.items() if k != "decode.beam_size"]
     params.append(Param("decode.beam_size", str(int(real.data.params["decode.beam_size"]) + 1)))
@@ -115,23 +102,24 @@ TAMPERING = {
 }
 
 
-@pytest.mark.slow
-def test_untampered_result_passes_every_check(copied: Path,
+@pytest.mark.e2e
+def test_untampered_result_passes_every_check(result_files: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    report = run_audit(copied, monkeypatch, replay=3)
+    report = run_audit(result_files, monkeypatch, replay=3)
     assert report.ok, report.render()
     assert list(report.checks) == CHECKS
     assert set(report.status.values()) <= {"ok", "WARNING"}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", list(TAMPERING))
-def test_audit_catches_tampering(kind: str, copied: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_catches_tampering(kind: str, result_files: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
     tamper, expected = TAMPERING[kind]
-    tamper(copied)
+    tamper(result_files)
     # "at least these checks fail" needs only those; "only the MLflow check fails" needs all
     whole = kind == "change an MLflow param"
-    report = run_audit(copied, monkeypatch,
+    report = run_audit(result_files, monkeypatch,
                        only=() if whole else tuple(c for c in CHECKS if c in expected))
     assert not report.ok
     assert expected <= set(report.failed()), report.render()
@@ -140,11 +128,11 @@ def test_audit_catches_tampering(kind: str, copied: Path, monkeypatch: pytest.Mo
         assert "decode.beam_size" in report.render()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_only_runs_the_named_checks_and_the_verdict_names_them(
-        copied: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    edit_metric(copied)  # caught by "evaluate redone" and "mlflow run", not by "counts"
-    report = run_audit(copied, monkeypatch, only=("counts", "mlflow run"))
+        result_files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    edit_metric(result_files)  # caught by "evaluate redone" and "mlflow run", not by "counts"
+    report = run_audit(result_files, monkeypatch, only=("counts", "mlflow run"))
     assert list(report.checks) == ["counts", "mlflow run"]
     assert report.failed() == ["mlflow run"], report.render()
     assert report.render().endswith("audit: FAILED (mlflow run) [only: counts, mlflow run]")
@@ -166,7 +154,7 @@ def test_only_with_an_unknown_check_stops_in_one_line_naming_the_choices(
     assert err.startswith("audit: --only") and "choose from: " + ", ".join(CHECKS) in err
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_every_stage_prints_the_signature_of_what_its_outputs_depend_on(
         audit_result: tuple[Path, str]) -> None:
     repo, output = audit_result
@@ -186,24 +174,24 @@ def test_every_stage_prints_the_signature_of_what_its_outputs_depend_on(
                           results["contract_signature"].rsplit("|fmt:", 1)[0]) == []
 
 
-@pytest.mark.slow
-def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(copied: Path) -> None:
-    header = copied / "predictions/test.header.json"
+@pytest.mark.e2e
+def test_a_signature_mismatch_between_stages_stops_the_stage_with_a_diff(
+        result_files: Path) -> None:
+    header = result_files / "predictions/test.header.json"
     data = json.loads(header.read_text())
     data["signature"] = data["signature"].replace("maxtgt:32", "maxtgt:31")
     header.write_text(json.dumps(data))
-    res = subprocess.run([stage_python(), "-m", "pipeline.evaluate"], cwd=copied, env=tool_env(),
-                         capture_output=True, text=True)
+    res = run_python(result_files, "-m", "pipeline.evaluate")
     assert res.returncode != 0
     assert "contract mismatch: predictions/test.jsonl against tokenizer/contract.json" in res.stderr
     assert "maxtgt: '31' != '32'" in res.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_mlflow_run_records_the_whole_contract(audit_result: tuple[Path, str],
                                                    tmp_path: Path) -> None:
     repo = audit_result[0]
-    client, (run,) = store(repo)
+    client, (run,) = result_runs(repo)
     params, tags = run.data.params, run.data.tags
     for key in ("data.raw.sha256", "data.prepared.sha256.test",
                 "tokenizer.contract.special_ids.eos", "sequence.max_tgt_len", "sequence.overlong",
@@ -234,16 +222,14 @@ def test_the_mlflow_run_records_the_whole_contract(audit_result: tuple[Path, str
     assert (run.info.end_time - run.info.start_time) / 1000 == pytest.approx(wall, abs=0.001)
     names = {a.path for a in client.list_artifacts(run.info.run_id, "predictions")}
     assert names == {"predictions/test.header.json", "predictions/test.sample.jsonl"}
-    sample = mlflow.artifacts.download_artifacts(
-        run_id=run.info.run_id, artifact_path="predictions/test.sample.jsonl",
-        dst_path=str(tmp_path), tracking_uri=client.tracking_uri)
+    sample = run_artifact(client, run.info.run_id, "predictions/test.sample.jsonl", tmp_path)
     expected = (repo / "predictions/test.jsonl").read_text().splitlines(keepends=True)
-    assert Path(sample).read_text() == "".join(expected[:AUDIT_SAMPLE])
+    assert sample.decode() == "".join(expected[:AUDIT_SAMPLE])
     top = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"params.yaml", "dvc.lock", "contract", "reports"} <= top
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_directory_md5_is_the_one_dvc_records(audit_result: tuple[Path, str]) -> None:
     repo = audit_result[0]
     lock = (repo / "dvc.lock").read_text()
@@ -284,7 +270,7 @@ def test_nonblank_lines_count_records_not_blank_lines(tmp_path: Path) -> None:
     assert nonblank_lines(path) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "copy")  # the experiment logs into the copy
@@ -293,7 +279,7 @@ def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
                          text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert {s for s in STAGES if f"Running stage '{s}'" in res.stdout} == {"decode", "evaluate"}
-    _, runs = store(repo, order_by=["attributes.start_time DESC"])
+    _, runs = result_runs(repo)
     committed = load_config(REPO / "params.yaml").decode.beam_size
     assert [r.data.params["decode.beam_size"] for r in runs] == ["6", str(committed)]
     name = runs[0].data.tags["dvc.exp.name"]
@@ -301,7 +287,7 @@ def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
     assert run_audit(repo, monkeypatch).ok
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Another login name (getpass reads these), in another folder than the result's.
@@ -312,17 +298,16 @@ def test_a_colleague_auditing_a_copy_of_the_result_gets_no_false_alarm(
     assert report.ok, report.render()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
-        copied: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        result_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 30: with the result already local, `dvc repro` sends nothing to a team server.
     (tmp_path / "team").mkdir()
     target = f"sqlite:///{tmp_path / 'team' / 'mlflow.db'}"
-    res = subprocess.run([stage_python(), "-m", "pipeline.copy_run", "--to", target], cwd=copied,
-                         env=tool_env(), capture_output=True, text=True)
+    res = run_python(result_files, "-m", "pipeline.copy_run", "--to", target)
     assert res.returncode == 0, res.stdout + res.stderr
-    source, (src,) = store(copied, order_by=["attributes.start_time DESC"], max_results=1)
-    team, (dst,) = store(tmp_path / "team")
+    source, (src,) = result_runs(result_files, max_results=1)
+    team, (dst,) = result_runs(tmp_path / "team")
     assert f"as run {dst.info.run_id}" in res.stdout
     assert (dst.info.run_name, dst.data.params, dst.data.metrics) == (
         src.info.run_name, src.data.params, src.data.metrics)
@@ -334,13 +319,14 @@ def test_an_existing_run_copied_to_another_store_passes_the_audit_there(
     assert team.search_model_versions("name='seqcore-g2p'")  # the model registered there too
     monkeypatch.setenv("MLFLOW_TRACKING_URI", target)
     monkeypatch.setenv("PATH", tool_env()["PATH"])
-    with contextlib.chdir(copied):
+    with contextlib.chdir(result_files):
         report = audit(AuditOptions(only=("evaluate redone", "mlflow run")))
     assert report.ok, report.render()
 
     # A source run that is not the workspace's result is refused, and nothing is copied.
     key = sorted(src.data.metrics)[0]
     source.log_metric(src.info.run_id, key, src.data.metrics[key] + 1)
-    with contextlib.chdir(copied), pytest.raises(CopyError, match="is not the workspace's result"):
-        copy_run(load_config("params.yaml"), f"sqlite:///{copied / 'mlflow.db'}", target)
+    with contextlib.chdir(result_files), \
+            pytest.raises(CopyError, match="is not the workspace's result"):
+        copy_run(load_config("params.yaml"), f"sqlite:///{result_files / 'mlflow.db'}", target)
     assert len(team.search_runs([dst.info.experiment_id])) == 1

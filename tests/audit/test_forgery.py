@@ -28,9 +28,9 @@ from pipeline.stage import load_params
 from seqcore.audit import stage_out_diffs
 from seqcore.compare import first_difference
 from seqcore.config import load_config
-from tests.pipeline_helpers import copy_result, dvc, run_audit, stage_python, tool_env
+from tests.pipeline_helpers import (
+    copy_result, dvc, restored, result_runs, run_audit, stage_python, tool_env)
 
-pytestmark = pytest.mark.e2e
 Forgery = Callable[[Path, pytest.MonkeyPatch], None]
 
 
@@ -68,10 +68,8 @@ def rerun_evaluate(repo: Path, monkeypatch: pytest.MonkeyPatch,
 
 def latest_run(repo: Path) -> tuple[mlflow.MlflowClient, str]:
     """The newest run of the copy's store (a `copy_result`: its artifacts live in the copy)."""
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("seqcore-g2p")
-    run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
-    return client, run.info.run_id
+    client, runs = result_runs(repo)
+    return client, runs[0].info.run_id
 
 
 @pytest.fixture
@@ -222,7 +220,7 @@ FORGERIES: dict[str, tuple[Forgery, set[str], str]] = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", list(FORGERIES))
 def test_the_audit_redoes_what_a_consistent_forger_edits(
         kind: str, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,7 +235,7 @@ def test_the_audit_redoes_what_a_consistent_forger_edits(
         assert 'artifact reports/report.md: line 1: mlflow run has "forged"' in rendered
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: a copy of the genuine run with a better WER, started earlier (the audit's
@@ -258,7 +256,7 @@ def test_a_forged_run_claiming_the_same_result_is_named_by_the_audit(
     assert f"run {rid} " not in report.render()  # the genuine run itself agrees
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_audit_compares_the_run_logged_for_this_result_not_the_latest_run(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: a later run of another result (another dvc.lock) is not this result's run
@@ -272,20 +270,18 @@ def test_the_audit_compares_the_run_logged_for_this_result_not_the_latest_run(
     assert report.ok and report.run_id == rid, report.render()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_replay(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: the forger trains on the test rows, puts the train rows back and lets DVC and
     # the pipeline make all else agree (ledger, log, lock, MLflow run): only a replay can tell
     train, manifest = repo / "data/encoded/train.jsonl", repo / "data/encoded/manifest.json"
-    genuine, genuine_manifest = train.read_bytes(), manifest.read_bytes()
-    train.write_bytes((repo / "data/encoded/test.jsonl").read_bytes())
-    rewrite_json(manifest, lambda m: m["counts"]["train"].update(  # agrees with the rows read
-        kept=m["counts"]["test"]["kept"]))
-    shutil.rmtree(repo / "checkpoints")  # else the stage resumes the genuine final state
-    dvc(repo, "repro", "--force", "--single-item", "train")
-    train.write_bytes(genuine)
-    manifest.write_bytes(genuine_manifest)
+    with restored(train, manifest):  # the genuine rows put back after training
+        train.write_bytes((repo / "data/encoded/test.jsonl").read_bytes())
+        rewrite_json(manifest, lambda m: m["counts"]["train"].update(  # agrees with the rows read
+            kept=m["counts"]["test"]["kept"]))
+        shutil.rmtree(repo / "checkpoints")  # else the stage resumes the genuine final state
+        dvc(repo, "repro", "--force", "--single-item", "train")
     dvc(repo, "commit", "--force", "train")  # the lock records the genuine rows as read
     dvc(repo, "repro")  # decode and evaluate (a new MLflow run) from the forged model
     assert dvc(repo, "status").strip().endswith("Data and pipelines are up to date.")
@@ -297,7 +293,7 @@ def test_a_model_trained_on_the_test_rows_with_a_consistent_record_fails_the_rep
     assert "- state before the first step" not in report.render()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 33: the forger drops the long words from data/raw, re-pins data.sha256 to the
@@ -318,7 +314,7 @@ def test_a_raw_snapshot_forged_and_re_pinned_fails_fetch_redone(
     assert f"does not match the one pinned in params.yaml (data.sha256 = {pin})" in rendered
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_different_environment_warns_and_fails_under_strict_env(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the producing environment lives in the MLflow run (issue 34), not in a DVC-tracked file
@@ -332,19 +328,18 @@ def test_a_different_environment_warns_and_fails_under_strict_env(
     assert strict.failed() == ["environment"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_check_that_cannot_run_is_not_run_and_fails(
-        audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    repo = shutil.copytree(audit_result[0], tmp_path / "copy", symlinks=True)
-    (repo / "models/model.pt").unlink()
-    report = run_audit(repo, monkeypatch, use_mlflow=False)
+        result_files: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (result_files / "models/model.pt").unlink()
+    report = run_audit(result_files, monkeypatch, use_mlflow=False)
     assert not report.ok
     assert {"contract", "decode redone", "evaluate redone", "training record"} <= {
         n for n, s in report.status.items() if s == "NOT RUN"}, report.render()
     assert "NOT RUN  decode redone" in report.render()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_rebuild_reproduces_every_locked_out(audit_result: tuple[Path, str],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     repo = audit_result[0]
@@ -384,7 +379,7 @@ def test_rebuild_names_the_first_divergent_stage() -> None:
         "c: c: rebuilt md5 3, dvc.lock records 1"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_committing_a_changed_result_as_documented_keeps_its_audit_passing(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 30's false alarm: a run named after the params it changed, then committed with
@@ -393,9 +388,7 @@ def test_committing_a_changed_result_as_documented_keeps_its_audit_passing(
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params.setdefault("evaluate", {})["bucket_edges"] = [3, 5]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    out = subprocess.run([shutil.which("dvc", path=tool_env()["PATH"]) or "dvc", "repro"],
-                         cwd=repo, env=tool_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    dvc(repo, "repro")
     client, rid = latest_run(repo)
     assert client.get_run(rid).info.run_name.startswith("bucket_edges=[3, 5]")
     subprocess.run(["git", "add", "params.yaml", "dvc.lock", "reports"], cwd=repo, check=True)

@@ -7,24 +7,21 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import mlflow
 import pytest
 
-from tests.pipeline_helpers import copy_result, stage_python, tool_env
+from tests.pipeline_helpers import result_runs, run_python
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 
 def audit_run(repo: Path, run_id: str) -> subprocess.CompletedProcess:
-    return subprocess.run([stage_python(), "-m", "pipeline.audit", "--run", run_id], cwd=repo,
-                          env=tool_env(), capture_output=True, text=True, timeout=600)
+    return run_python(repo, "-m", "pipeline.audit", "--run", run_id, timeout=600)
 
 
 def test_a_run_whose_result_no_commit_holds_and_an_unknown_run_are_one_line_each(
-        audit_result: tuple[Path, str], tmp_path: Path) -> None:
-    repo = copy_result(audit_result[0], tmp_path / "copy")
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+        result_copy: Path) -> None:
+    repo = result_copy
+    client, (run,) = result_runs(repo)
     # the run was made from the copy's first commit; its result is not committed yet
     out = audit_run(repo, run.info.run_id)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr

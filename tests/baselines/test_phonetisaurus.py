@@ -150,7 +150,6 @@ def test_phonetisaurus_for_an_lm_is_refused_in_one_line() -> None:
     assert "baseline.kind" in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_baseline_is_scored_by_the_same_code_as_the_model(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

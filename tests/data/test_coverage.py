@@ -10,8 +10,8 @@ from seqcore.data.coverage import coverage_problems, split_coverage, unk_stats
 from seqcore.data.examples import Example
 from seqcore.data.records import Pair, Reject
 from seqcore.tasks import get_task
-from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
-from tests.factories import IDS
+from seqcore.tokenizer import Tokenizer
+from tests.factories import trained_tokenizer
 
 E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 
@@ -19,9 +19,7 @@ E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 @pytest.fixture(scope="module")
 def char_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     """A char model over a, b, c: one token per known letter, one UNK per unknown stretch."""
-    out = tmp_path_factory.mktemp("tok") / "char.model"
-    return Tokenizer(train_sentencepiece(["abc", "cab", "bca"],
-                                         TokenizerSettings("char", 40, 1.0), IDS, out))
+    return trained_tokenizer(["abc", "cab", "bca"], tmp_path_factory.mktemp("tok") / "char.model")
 
 
 def test_unk_stats_count_rows_tokens_rows_with_unk_and_every_unk_token(char_tok: Tokenizer) -> None:

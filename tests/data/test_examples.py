@@ -9,8 +9,8 @@ import pytest
 from seqcore.config import config_from_dict
 from seqcore.data.examples import Example, encode_pairs
 from seqcore.data.records import Pair, Reject
-from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
-from tests.factories import IDS
+from seqcore.tokenizer import Tokenizer
+from tests.factories import IDS, trained_tokenizer
 
 E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 
@@ -18,9 +18,7 @@ E = "\u00e9"  # a character the char model below never saw: it encodes to UNK
 @pytest.fixture(scope="module")
 def char_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
     """A char model over a, b, c: one token per known letter, one UNK per unknown stretch."""
-    out = tmp_path_factory.mktemp("tok") / "char.model"
-    return Tokenizer(train_sentencepiece(["abc", "cab", "bca"],
-                                         TokenizerSettings("char", 40, 1.0), IDS, out))
+    return trained_tokenizer(["abc", "cab", "bca"], tmp_path_factory.mktemp("tok") / "char.model")
 
 
 def _ids(tok: Tokenizer, letters: str) -> list[int]:
@@ -58,8 +56,7 @@ def test_lengths_at_max_src_len_and_max_tgt_len_with_eos_are_kept_one_more_is_dr
         tmp_path: Path) -> None:
     # A char model: one token per letter. max_src_len 4 counts source tokens; max_tgt_len 4
     # counts EOS, so a kept target has at most 3 tokens.
-    tok = Tokenizer(train_sentencepiece(["abcdef"], TokenizerSettings("char", 40, 1.0), IDS,
-                                        tmp_path / "char.model"))
+    tok = trained_tokenizer(["abcdef"], tmp_path / "char.model")
     seq = config_from_dict({"sequence": {"max_src_len": 4, "max_tgt_len": 4}}).sequence
     pairs = [Pair("fits", "abcd", "abc", "g1", 1), Pair("long-src", "abcde", "abc", "g2", 2),
              Pair("long-tgt", "abcd", "abcd", "g3", 3)]

@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from torch import nn
 
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.config import ConfigError, config_from_dict, experiment_name
@@ -22,16 +20,14 @@ from seqcore.data.records import Pair, Reject, write_rejects
 from seqcore.metrics.evaluation import hypothesis_unk_rate
 from seqcore.metrics.scores import error_stats
 from seqcore.metrics.teacher import teacher_forced_stats
-from seqcore.tokenizer import (
-    UNK_PIECE, TextContract, Tokenizer, TokenizerSettings, choose_settings, train_sentencepiece)
-from tests.factories import IDS
+from seqcore.tokenizer import UNK_PIECE, TextContract, Tokenizer, TokenizerSettings, choose_settings
+from tests.factories import IDS, Oracle, trained_tokenizer, written
 from tests.pipeline_helpers import run_stage
 
 
 def _char_tok(tmp_path: Path) -> Tokenizer:
     words = ["cat", "act", "tact", "at", "cab", "bat", "tab", "abc"]
-    settings = TokenizerSettings("char", 40, 1.0)
-    return Tokenizer(train_sentencepiece(words, settings, IDS, tmp_path / "src.model"))
+    return trained_tokenizer(words, tmp_path / "src.model")
 
 
 # --- a UNK is never correct ---------------------------------------------------------------
@@ -42,25 +38,14 @@ def test_a_unk_in_a_hypothesis_never_matches_even_a_literal_unk_mark_in_the_refe
     assert error_stats("\u2047", "\u2047").exact == 0
 
 
-class _AlwaysPredicts(nn.Module):
-    """Oracle: (B, T, V=6) logits that put all mass on one token at every position."""
-
-    def __init__(self, token: int) -> None:
-        super().__init__()
-        self.token, self.anchor = token, nn.Parameter(torch.zeros(1))  # a device to read
-
-    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
-                ) -> torch.Tensor:
-        return torch.full((*tgt_in.shape, 6), -9.0).index_fill(-1, torch.tensor(self.token), 9.0)
-
-
 def test_teacher_forced_accuracy_never_counts_a_unk_label_as_correct() -> None:
     ex = [Example("a", "a", "x", "y", [4], [IDS.unk, IDS.unk], True)]
-    oracle: Any = _AlwaysPredicts(IDS.unk)  # duck-typed: only forward() is called
+    # V=6 logits that put all the mass on one token at every position
+    oracle: Any = Oracle(6, 18.0, token=IDS.unk)  # duck-typed: only forward() is called
     stats = teacher_forced_stats(oracle, ex, IDS, 4)["a"]
     assert (stats.tokens, stats.correct) == (3, 0)
     ex = [Example("b", "b", "x", "y", [4], [5, 5], True)]
-    assert teacher_forced_stats(_AlwaysPredicts(5), ex, IDS, 4)["b"].correct == 2
+    assert teacher_forced_stats(Oracle(6, 18.0, token=5), ex, IDS, 4)["b"].correct == 2
 
 
 def test_metrics_report_the_hypotheses_unk_rate_with_its_denominator() -> None:
@@ -157,8 +142,7 @@ def test_the_mlflow_experiment_is_named_after_the_task_and_the_data_unless_set()
 
 
 def test_targets_keep_their_case_unless_asked_and_nfkc_changes_are_recorded(tmp_path: Path) -> None:
-    path = tmp_path / "user.tsv"
-    path.write_text("K AE T\tCat\nF IH SH\t\ufb01sh\n", encoding="utf-8")
+    path = written(tmp_path / "user.tsv", "K AE T\tCat\nF IH SH\t\ufb01sh\n")
     res = read_pairs(path, "tsv", "skip", "nfkc", True)
     assert [(p.source, p.target) for p in res.pairs] == [("k ae t", "Cat"), ("f ih sh", "fish")]
     assert [(r.line, r.reason, r.action) for r in res.rejects] == [

@@ -11,12 +11,7 @@ from seqcore.artifacts.manifests import PrepareCounts
 from seqcore.config import Config, DataConfig, config_from_dict
 from seqcore.data.prepare import Prepared, input_format, prepare_pairs, sample_groups
 from seqcore.data.records import BadRowError, Pair, Reject
-
-
-def _write(tmp_path: Path, data: bytes, name: str) -> Path:
-    path = tmp_path / name
-    path.write_bytes(data)
-    return path
+from tests.factories import written
 
 
 def test_prepared_summary_counts_rows_groups_rejects_and_variants_per_split() -> None:
@@ -46,7 +41,7 @@ def _all_pairs(prepared: Prepared) -> list[Pair]:
 
 
 def test_prepare_reads_with_every_data_setting_it_is_given(tmp_path: Path) -> None:
-    raw = _write(tmp_path, b";;; c\nABC  EY1 B IY1\nDOG  D AO1 G\nCAT  K AE1 T\n", "raw.dict")
+    raw = written(tmp_path / "raw.dict", b";;; c\nABC  EY1 B IY1\nDOG  D AO1 G\nCAT  K AE1 T\n")
     data = DataConfig(source="cmudict", keep_stress=True, casefold=True, max_pairs=2)
     got = prepare_pairs(raw, data, label="cmu.dict")
     assert got.read == 3  # every line is read; max_pairs then samples 2 of the 3 groups
@@ -55,10 +50,10 @@ def test_prepare_reads_with_every_data_setting_it_is_given(tmp_path: Path) -> No
     assert _all_pairs(got) == sample_groups(every, 2, data.split_seed)
     assert len(_all_pairs(got)) == 2
     assert got.rejects == [Reject("cmu.dict", 1, "comment", ";;; c", "ignored")]
-    tsv = _write(tmp_path, b"Cat\tKAT\n", "raw.tsv")
+    tsv = written(tmp_path / "raw.tsv", b"Cat\tKAT\n")
     folded = prepare_pairs(tsv, DataConfig(source="tsv", casefold=False, casefold_target=True))
     assert [(p.source, p.target) for p in _all_pairs(folded)] == [("Cat", "kat")]
-    bad = _write(tmp_path, b"cat\tK AE T\nno-tab\n", "bad.tsv")
+    bad = written(tmp_path / "bad.tsv", b"cat\tK AE T\nno-tab\n")
     with pytest.raises(BadRowError, match="wrong-field-count"):
         prepare_pairs(bad, DataConfig(source="tsv", bad_rows="strict"))
 
@@ -74,8 +69,7 @@ def hand_split(group: str, seed: int, dev: float, test: float) -> str:
 
 
 def prepare_config(tmp_path: Path, min_rows: int) -> Config:
-    raw = tmp_path / "user.tsv"
-    raw.write_text("source\ttarget\tgroup\n" + "".join(
+    raw = written(tmp_path / "user.tsv", "source\ttarget\tgroup\n" + "".join(
         f"w{i}\tT {i}\tg{i}\n" for i in range(PREPARE_ROWS)))  # not a copy of the source
     out = tmp_path / f"min{min_rows}"
     return config_from_dict({

@@ -12,16 +12,15 @@ from seqcore.decoding.rescore import Candidate, candidates, model_log_probs, res
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tasks.parallel.decode import baseline_rows
 from seqcore.tasks import ignored_settings, task_checked
-from seqcore.tokenizer import Tokenizer, TokenizerSettings, train_sentencepiece
-from tests.factories import IDS, tiny_model
+from seqcore.tokenizer import Tokenizer
+from tests.factories import IDS, tiny_model, trained_tokenizer
 
 PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
 
 
 @pytest.fixture(scope="module")
 def tgt_tok(tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tok") / "tgt.model"
-    return Tokenizer(train_sentencepiece(PHONES * 3, TokenizerSettings("word", 13, 1.0), IDS, path))
+    return trained_tokenizer(PHONES * 3, tmp_path_factory.mktemp("tok") / "tgt.model", "word", 13)
 
 
 def row(rid: str, best: tuple[str, float], rest: list[tuple[str, float]]) -> PredictionRow:

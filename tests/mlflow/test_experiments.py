@@ -28,7 +28,8 @@ from seqcore.metrics.recompute import eval_spec
 from seqcore.metrics.report import render_report, training_summary
 from seqcore.progress import in_chunks
 from tests.factories import REPO, make_rows
-from tests.pipeline_helpers import TINY_PARAMS, copy_result, doc_blocks, doc_commands, dvc
+from tests.pipeline_helpers import (
+    TINY_PARAMS, copy_result, doc_blocks, doc_commands, dvc, result_runs, run_artifact)
 
 DOC = REPO / "docs/experiments.md"
 
@@ -141,7 +142,6 @@ def exps(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempPathFactor
     return repo, logs
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_each_temp_experiment_starts_from_the_baseline(exps: tuple[Path, dict[str, str]]) -> None:
     repo, _ = exps
@@ -156,7 +156,6 @@ def test_each_temp_experiment_starts_from_the_baseline(exps: tuple[Path, dict[st
         assert params[name] == base | changed(name), name
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_checkpoints_never_make_a_stage_stale(exps: tuple[Path, dict[str, str]]) -> None:
     repo, logs = exps
@@ -170,7 +169,6 @@ def test_checkpoints_never_make_a_stage_stale(exps: tuple[Path, dict[str, str]])
     assert "up to date" in dvc(repo, "status")
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]]) -> None:
     repo, _ = exps
@@ -191,7 +189,6 @@ def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]])
     assert "|" in json.loads((repo / "reports/results.json").read_text())["signature"]
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, str]],
                                                     tmp_path: Path) -> None:
@@ -222,10 +219,8 @@ def test_mlflow_runs_are_named_described_and_tagged(exps: tuple[Path, dict[str, 
                 "mlflow.source.git.commit"} <= set(tags)
         assert not [k for k in tags if k.startswith("count.")]  # in counts.json instead
         assert "examples" not in run.data.metrics and "word_error_rate" in run.data.metrics
-        counts = Path(mlflow.artifacts.download_artifacts(
-            run_id=run.info.run_id, artifact_path="counts.json",
-            dst_path=str(tmp_path / run.info.run_id), tracking_uri=client.tracking_uri))
-        assert json.loads(counts.read_text())["examples"] > 0
+        counts = run_artifact(client, run.info.run_id, "counts.json", tmp_path)
+        assert json.loads(counts)["examples"] > 0
         plots = {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
         assert "plots/training_curve.png" in plots
 
@@ -238,7 +233,6 @@ def test_a_relative_sqlite_store_is_the_users_repo_also_inside_a_temp_experiment
     assert tracking_uri("sqlite:///mlflow.db") == "sqlite:////home/user/repo/mlflow.db"
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_compare_finds_results_by_revision_experiment_folder_and_mlflow_run(
         exps: tuple[Path, dict[str, str]], monkeypatch: pytest.MonkeyPatch,
@@ -248,10 +242,7 @@ def test_compare_finds_results_by_revision_experiment_folder_and_mlflow_run(
     repo, _ = exps
     monkeypatch.chdir(repo)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("seqcore-g2p")
-    beam_run = next(r for r in client.search_runs([exp.experiment_id])
-                    if r.data.tags.get("dvc.exp.name") == "beam3")
+    beam_run = next(r for r in result_runs(repo)[1] if r.data.tags.get("dvc.exp.name") == "beam3")
     test_rows = len((repo / "predictions/test.jsonl").read_text().splitlines())
 
     def compare(a: str, b: str) -> dict:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mlflow
 import pytest
 import yaml
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+from tests.pipeline_helpers import result_runs
+
+pytestmark = pytest.mark.e2e
 
 
 def dvc_file_md5s(repo: Path, out: str) -> dict[str, str]:
@@ -25,9 +26,7 @@ def dvc_file_md5s(repo: Path, out: str) -> dict[str, str]:
 def test_each_run_lists_the_prepared_splits_with_their_dvc_md5(
         audit_result: tuple[Path, str]) -> None:
     repo = audit_result[0]
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("seqcore-g2p")
-    run = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"])[0]
+    run = result_runs(repo)[1][0]
     got = {i.dataset.name: (i.dataset.digest, {t.key: t.value for t in i.tags},
                             json.loads(i.dataset.source), json.loads(i.dataset.profile))
            for i in run.inputs.dataset_inputs}

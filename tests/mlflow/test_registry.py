@@ -23,7 +23,8 @@ from benchmarks.load import bodies, request, run_setting
 from benchmarks.load import served as served_model
 from pipeline.audit.verdict import stamp_versions
 from seqcore.artifacts.predictions import Predictions
-from tests.pipeline_helpers import copy_result, dvc, run_audit, stage_python, tool_env
+from tests.pipeline_helpers import (
+    copy_result, dvc, result_runs, run_audit, run_python, tool_env)
 
 pytestmark = pytest.mark.slow  # each test decodes or serves a `dvc repro` result
 NAME = "seqcore-g2p"
@@ -57,8 +58,7 @@ def latest_version(uri: str) -> str:
 def predict_lines(repo: Path, words: list[str], params: str = "params.yaml"
                   ) -> list[tuple[str, str, str]]:
     """(source, output, problem) per word, from `python -m pipeline.predict` in ``repo``."""
-    res = subprocess.run([stage_python(), "-m", "pipeline.predict", "--params", params, *words],
-                         cwd=repo, env=tool_env(), capture_output=True, text=True)
+    res = run_python(repo, "-m", "pipeline.predict", "--params", params, *words)
     answers = dict(line.split("\t", 1) for line in res.stdout.splitlines())
     problems = {int(line.split()[2]): line.split(": ", 1)[1]
                 for line in res.stderr.splitlines() if line.startswith("[predict] line ")}
@@ -208,11 +208,9 @@ def test_a_malformed_request_is_a_clear_400_not_a_traceback(served: str, body: b
 def test_the_audit_compares_the_logged_model_with_the_result(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "result")
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(NAME).experiment_id
-    run = client.search_runs([exp], order_by=["attributes.start_time DESC"], max_results=1)[0]
-    (logged,) = client.search_logged_models([exp], filter_string=f"source_run_id = "
-                                                                f"'{run.info.run_id}'")
+    client, (run,) = result_runs(repo, max_results=1)
+    (logged,) = client.search_logged_models([run.info.experiment_id], filter_string=(
+        f"source_run_id = '{run.info.run_id}'"))
     packed = Path(logged.artifact_location.removeprefix("file://")) / "artifacts/result/model.pt"
     other = bytearray(packed.read_bytes())
     other[-100] ^= 1  # one bit of the served weights

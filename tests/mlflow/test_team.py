@@ -31,8 +31,8 @@ from seqcore.credentials import has_credentials, redact_text, redact_uri
 from tests.factories import REPO
 from tests.servers import (
     ARTIFACTS, DVC_BUCKET, MLFLOW_BUCKET, MLFLOW_SERVER, S3_SECRET, Team, free_port, listening)
-from tests.pipeline_helpers import (assert_run_matches, copy_result, make_record, stage_python,
-                                    tool_env)
+from tests.pipeline_helpers import (assert_run_matches, copy_result, make_record, run_artifact,
+                                    run_python, tool_env)
 
 EXPERIMENT = "seqcore-g2p"
 #: Person A's tracking URI carries this password, and a second (unused) DVC remote's URL in
@@ -147,7 +147,6 @@ def passed(out: str) -> bool:
     return re.search(r"^audit: PASSED( with warnings \(checkpoints\))?$", out, re.M) is not None
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_second_clone_pulls_a_complete_result_that_audits_without_running_a_stage(
         person_b: tuple[Path, dict[str, str]], team: Team) -> None:
@@ -175,7 +174,6 @@ def s3_object(s3: object, suffix: str) -> bytes:
     return s3.get_object(Bucket=MLFLOW_BUCKET, Key=key)["Body"].read()
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
@@ -198,7 +196,6 @@ def test_every_run_artifact_lies_in_s3_and_reads_back_as_the_pulled_file(
     assert not (person_a.repo / "mlartifacts").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_answers(
         person_a: PersonA, team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -213,8 +210,7 @@ def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_an
     model = mlflow.pyfunc.load_model(f"models:/{EXPERIMENT}/{version.version}")
     words = ["cat", "", "ß☃q"]
     got = model.predict(pd.DataFrame({"source": words}))
-    res = subprocess.run([stage_python(), "-m", "pipeline.predict", *words], cwd=person_a.repo,
-                         env=base_env(), capture_output=True, text=True)
+    res = run_python(person_a.repo, "-m", "pipeline.predict", *words, env=base_env())
     problems = [line.split(": ", 1)[1] for line in res.stderr.splitlines()
                 if line.startswith("[predict] line ")]
     assert [q for q in got["problem"] if q] == problems
@@ -222,7 +218,6 @@ def test_the_registered_model_lies_in_s3_and_loads_from_the_server_as_predict_an
                                             ).read_text().strip()
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_replaced_model_object_in_the_remote_is_named_at_pull_and_by_the_audit(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
@@ -253,9 +248,7 @@ def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
     # time/*: how long the stages took (pipeline/timing.py), clock time the audit never compares
     history = {k: [(m.step, m.value) for m in client.get_metric_history(run_id, k)]
                for k in run.data.metrics if not k.startswith("time/")}
-    files = {n: Path(mlflow.artifacts.download_artifacts(
-        run_id=run_id, artifact_path=n, dst_path=str(tmp / run_id),
-        tracking_uri=client.tracking_uri)).read_bytes() for n in artifact_names(client, run_id)}
+    files = {n: run_artifact(client, run_id, n, tmp) for n in artifact_names(client, run_id)}
     return {"name": run.info.run_name, "status": run.info.status, "params": run.data.params,
             "metrics": history, "tags": run.data.tags, "artifacts": files}
 
@@ -265,7 +258,6 @@ def run_content(client: object, run_id: str, tmp: Path) -> dict[str, object]:
 WHEN_RAN_TAGS = ("git.commit", "git.dirty", "dvc.lock.sha256")
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_audit(
         person_a: PersonA, person_b: tuple[Path, dict[str, str]], team: Team,
@@ -291,7 +283,6 @@ def test_a_run_kept_during_an_outage_and_replayed_is_indistinguishable_to_the_au
                         "--replay", "0"))  # about the run: the training replays elsewhere
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_credentials_reach_no_param_tag_artifact_commit_or_console(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:
@@ -407,7 +398,6 @@ def test_run_logged_to_an_mlflow_server_reads_back_over_http(tmp_path: Path, tea
     assert_run_matches(mlflow.MlflowClient(team.mlflow), log_run(record), record, tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.e2e
 def test_a_run_id_is_audited_from_a_fresh_clone_that_pulls_its_outputs_and_gets_the_verdict(
         person_a: PersonA, team: Team, tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from pipeline.run_naming import NOTE_REPORT_CHARS, report_lead, run_note
 from pipeline.tracking import VIEW_KEY, log_or_keep, log_run, runs_link, view_state
 from seqcore.artifacts.run_record import RunRecord
 from tests.factories import REPO
-from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record, stage_python
+from tests.pipeline_helpers import assert_run_matches, empty_mlflow_store, make_record, run_python
 from tests.servers import free_port
 
 
@@ -99,9 +98,8 @@ def test_unreachable_store_warns_once_keeps_the_run_and_replay_logs_it(
     assert RunRecord.load_all(pending) == [record]
 
     store = store_copy(tmp_path / "later.db")
-    res = subprocess.run([stage_python(), "-m", "pipeline.tracking", "--replay", str(pending)],
-                         cwd=REPO, env=dict(os.environ, MLFLOW_TRACKING_URI=store),
-                         capture_output=True, text=True, timeout=120)
+    res = run_python(REPO, "-m", "pipeline.tracking", "--replay", str(pending),
+                     env=dict(os.environ, MLFLOW_TRACKING_URI=store), timeout=120)
     assert res.returncode == 0, res.stderr
     assert not pending.exists()
     client = mlflow.MlflowClient(store)

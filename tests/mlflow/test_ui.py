@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.run_naming import headline_line
 from pipeline.tracking import VIEW_METRICS, runs_link
-from tests.pipeline_helpers import copy_result
+from tests.pipeline_helpers import copy_result, result_runs
 from tests.servers import browse, local_ui
 
 pytestmark = pytest.mark.slow  # a server and a browser
@@ -26,8 +26,7 @@ def ui(audit_result: tuple[Path, str],
     """The UI's URL and the result's run (the server reads a copy of the store)."""
     repo = copy_result(audit_result[0], tmp_path_factory.mktemp("ui") / "repo")
     store = f"sqlite:///{repo / 'mlflow.db'}"
-    client = mlflow.MlflowClient(store)
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+    (run,) = result_runs(repo)[1]
     with local_ui(store, repo.parent / "server.log") as url:
         yield url, run
 

@@ -19,7 +19,7 @@ from benchmarks.load import served
 from pipeline.audit.options import AuditOptions
 from pipeline.dvc_files import read_yaml12
 from seqcore.errors import OneLineError
-from tests.pipeline_helpers import each_broken, outcome, stage_python, tool_env, traced_reads
+from tests.pipeline_helpers import each_broken, outcome, restored, run_python, traced_reads
 
 pytestmark = pytest.mark.slow  # the shared tiny result
 #: The seconds a command reports (the audit's checks and total take their own).
@@ -84,12 +84,9 @@ def test_the_audit_against_every_broken_file_it_reads_before_its_checks(
     opts = AuditOptions("params.yaml", None, False, False, False, ("package versions",), 0)
     run_matrix(inside, lambda: run(opts, None, Path(".")), capsys, tmp_path, at_least=12)
     lock = inside / "requirements.lock"
-    good = lock.read_bytes()
-    try:
+    with restored(lock) as (good,):
         lock.write_bytes(good[: len(good) // 2])
         code, out, _ = outcome(lambda: run(opts, None, Path(".")), capsys)
-    finally:
-        lock.write_bytes(good)
     assert code == 1 and "requirements.lock pins no version of" in out
 
 
@@ -100,8 +97,7 @@ def test_audit_of_a_run_id_against_a_broken_store(result: Path, tmp_path: Path) 
         (run_id,) = db.execute("SELECT run_uuid FROM runs LIMIT 1").fetchone()
     runs = 0
     for _, how in each_broken(result, ["mlflow.db"], tmp_path / "hostile-ran"):
-        res = subprocess.run([stage_python(), "-m", "pipeline.audit", "--run", run_id],
-                             cwd=result, env=tool_env(), capture_output=True, text=True)
+        res = run_python(result, "-m", "pipeline.audit", "--run", run_id)
         assert "Traceback" not in res.stderr and res.returncode == 2, (how, res.stderr[-2000:])
         assert "mlflow.db" in res.stderr.strip().splitlines()[-1], (how, res.stderr[-500:])
         runs += 1
@@ -116,10 +112,8 @@ def test_copy_run_against_every_broken_file_it_reads_itself(
     from pipeline.stage import load_params  # noqa: PLC0415
 
     def copy() -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [stage_python(), "-m", "pipeline.copy_run", "--to",
-             f"sqlite:///{tmp_path / 'target.db'}"], cwd=result, env=tool_env(),
-            capture_output=True, text=True)
+        return run_python(result, "-m", "pipeline.copy_run", "--to",
+                          f"sqlite:///{tmp_path / 'target.db'}")
 
     good = copy()
     assert good.returncode == 0, good.stderr[-2000:]
@@ -179,14 +173,11 @@ def test_a_served_model_with_a_broken_file_never_answers_and_names_it(
     prints its own traceback)."""
     folder = packed_model(result)
     weights = folder / "artifacts" / "result" / "model.pt"
-    good = weights.read_bytes()
     log = tmp_path / "serve.log"
-    try:
+    with restored(weights) as (good,):
         weights.write_bytes(good[: len(good) // 2])
         with pytest.raises(RuntimeError, match="did not start"), \
                 served(str(folder), f"sqlite:///{result / 'mlflow.db'}", result, log):
             pass
-    finally:
-        weights.write_bytes(good)
     said = log.read_text(errors="replace")
     assert f"{weights}: sha256" in said and "truncated or corrupted" in said

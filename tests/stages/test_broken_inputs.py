@@ -5,14 +5,13 @@ back (exit 0); never a traceback, never the pickle's code run. Decode: test_brok
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from seqcore.blobs import load_blob, save_blob
 from tests.pipeline_helpers import (
-    assert_one_line_or_fallback, each_broken, run_broken, stage_python, tool_env)
+    assert_one_line_or_fallback, each_broken, restored, run_broken, run_python)
 
 #: Runs at least, as counted on the tiny result (a file gives 3 to 5 broken variants): a
 #: stage whose files went missing from the matrix fails here.
@@ -39,8 +38,7 @@ def test_a_broken_checkpoint_is_passed_over_and_never_enters_the_ledger(
     files = [f"{p.relative_to(repo)}{end}" for p in states for end in ("", ".sha256")]
 
     def train_on_it(rel: str, how: str) -> None:
-        res = subprocess.run([stage_python(), "-m", "pipeline.train"], cwd=repo,
-                             env=tool_env(), capture_output=True, text=True)
+        res = run_python(repo, "-m", "pipeline.train")
         assert_one_line_or_fallback(res, rel, how)
         assert all(len(line) < 400 for line in res.stderr.splitlines()), (rel, how)
         for kept in (repo / "models/ledger").glob("*.pt"):
@@ -51,12 +49,7 @@ def test_a_broken_checkpoint_is_passed_over_and_never_enters_the_ledger(
         train_on_it(rel, how)
         runs += 1
     for state in states:  # a whole file whose sidecar agrees, holding only the schema field
-        sidecar = state.with_name(state.name + ".sha256")
-        good = state.read_bytes(), sidecar.read_bytes()
-        try:
+        with restored(state, state.with_name(state.name + ".sha256")):
             save_blob(state, {"schema": 2})
             train_on_it(str(state.relative_to(repo)), "schema-only")
-        finally:
-            state.write_bytes(good[0])
-            sidecar.write_bytes(good[1])
     assert runs >= 18

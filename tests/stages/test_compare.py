@@ -18,7 +18,7 @@ from seqcore.artifacts.predictions import (
 from seqcore.config import BaselineConfig, DecodeConfig
 from seqcore.metrics.comparison import NotComparable, check_same_rows
 from tests.factories import REPO
-from tests.pipeline_helpers import empty_mlflow_store, outcome, run_audit
+from tests.pipeline_helpers import empty_mlflow_store, outcome, result_runs, run_audit
 
 SIG = "task:g2p|data:0123456789ab|src:x|tgt:y|fmt:1"
 
@@ -159,11 +159,8 @@ def test_log_attaches_the_comparison_to_the_run_and_the_audit_still_passes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`--log` puts the comparison where users look (the run's artifacts and tags, issue 27);
     a comparison made later is not a forgery of the run's record."""
-    import mlflow  # noqa: PLC0415
-
     repo = result_copy
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-g2p").experiment_id])
+    client, (run,) = result_runs(repo)
     rid = run.info.run_id
     monkeypatch.chdir(repo)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -8,12 +8,11 @@ import math
 import shutil
 from pathlib import Path
 
-import mlflow
 import pytest
 
-from tests.pipeline_helpers import copy_repo, dvc, run_audit
+from tests.pipeline_helpers import copy_repo, dvc, result_runs, run_audit
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 LM_PARAMS = {
     "task": "lm",
@@ -59,8 +58,7 @@ def test_lm_task_reproduces_and_reports_carried_and_reset_perplexity(
     report = (repo / "reports/report.md").read_text()
     assert "| test_ppl_carried |" in report and "resamples of the split's documents" in report
     # the MLflow run has the bounds as metrics and the interval signature as a tag
-    client = mlflow.MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-lm").experiment_id])
+    (run,) = result_runs(repo, "seqcore-lm")[1]
     logged = {k: v for k, v in run.data.metrics.items() if k.startswith("interval.")}
     assert logged == pytest.approx({f"interval.{k}.{side}": metrics["interval"][k][side]
                                     for k in ppl for side in ("low", "high")}, rel=1e-12)

@@ -12,7 +12,7 @@ import yaml
 
 from seqcore.tasks.lm.documents import cmudict_documents
 from tests.factories import REPO, model_file_perplexities
-from tests.pipeline_helpers import stage_python
+from tests.pipeline_helpers import run_python
 
 pytestmark = pytest.mark.slow  # every test here runs a stage or repro in a subprocess
 
@@ -27,9 +27,8 @@ PARAMS = {
 
 
 def train(work: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([stage_python(), "-m", "pipeline.train", "--params",
-                           str(work / "params.yaml")], cwd=work, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+    return run_python(work, "-m", "pipeline.train", "--params", str(work / "params.yaml"),
+                      env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
 
 
 def test_lm_train_stage_reports_perplexities_and_resumes_when_run_again(tmp_path: Path) -> None:

@@ -10,15 +10,15 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-import mlflow
 import pytest
 import yaml
 
 from tests.factories import REPO
 from tests.pipeline_helpers import (
-    TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, stage_python, tool_env)
+    TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, result_runs, stage_python,
+    tool_env)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 DOC = REPO / "docs/own-data.md"
 #: The page's commands in a test: the test writes the user's file, `make repro` (it would
@@ -115,12 +115,10 @@ def test_a_p2g_tsv_runs_end_to_end_with_a_tokenizer_that_covers_it(p2g_repo: Pat
 
 def test_the_run_lands_in_an_mlflow_experiment_named_after_the_task_and_data(
         p2g_repo: Path) -> None:
-    client = mlflow.MlflowClient(f"sqlite:///{p2g_repo / 'mlflow.db'}")
+    client, (run,) = result_runs(p2g_repo, "seqcore-parallel-p2g")
     names = {e.name for e in client.search_experiments()}
     assert "seqcore-parallel-p2g" in names and "seqcore-g2p" not in names
     # issue 55: the page commits its params before the first run, which is then the baseline
-    (run,) = client.search_runs([client.get_experiment_by_name("seqcore-parallel-p2g")
-                                 .experiment_id])
     assert run.info.run_name.startswith("baseline-"), run.info.run_name
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import TINY_PARAMS, dvc, stage_python
+from tests.pipeline_helpers import TINY_PARAMS, dvc, restored, run_python
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
 
 
@@ -49,7 +49,7 @@ def test_metrics_are_within_their_valid_ranges(result: Path) -> None:
         assert 0.0 <= m[key] <= 1.0
     assert m["token_error_rate"] >= 0.0
     assert m["test_perplexity"] >= 1.0 and m["test_ppl_denominator_tokens"] > 0
-    assert m["examples"] == sum(1 for _ in open(result / "predictions/test.jsonl"))
+    assert m["examples"] == len((result / "predictions/test.jsonl").read_bytes().splitlines())
 
 
 def test_changing_a_decode_parameter_reruns_only_decode_and_evaluate(result: Path) -> None:
@@ -71,19 +71,18 @@ def test_metrics_files_are_strict_json(result: Path) -> None:
 
 def stage(repo: Path, name: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.run([stage_python(), "-m", f"pipeline.{name}"], cwd=repo, env=env,
-                          capture_output=True, text=True)
+    return run_python(repo, "-m", f"pipeline.{name}", env=env)
 
 
 def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(result: Path) -> None:
     params = result / "params.yaml"
-    good = params.read_text()
     lr = f"  lr: {TINY_PARAMS['train']['lr']}\n"
-    assert lr in good
-    params.write_text(good.replace(lr, f"{lr}  lrr: 0.5\n", 1))
-    res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}") or "dvc",
-                          "repro"], cwd=result, capture_output=True, text=True)
-    params.write_text(good)
+    with restored(params):
+        good = params.read_text()
+        assert lr in good
+        params.write_text(good.replace(lr, f"{lr}  lrr: 0.5\n", 1))
+        res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}")
+                              or "dvc", "repro"], cwd=result, capture_output=True, text=True)
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?" in out
@@ -94,16 +93,14 @@ def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(result: Path) ->
 
 def test_corrupt_best_checkpoint_falls_back_to_the_same_weights_on_rerun(result: Path) -> None:
     [best] = (result / "checkpoints").glob("*/best.pt")
-    kept = {p: p.read_bytes() for p in (best, result / "reports/train_log.csv",
-                                        result / "models/model.pt")}
-    best.write_bytes(kept[best][: len(kept[best]) // 2])
-    res = stage(result, "train")
-    rerun = (result / "models/model.pt").read_bytes()  # read before the restore below
-    for path, data in kept.items():
-        path.write_bytes(data)
+    model = result / "models/model.pt"
+    with restored(best, result / "reports/train_log.csv", model) as (good, _, weights):
+        best.write_bytes(good[: len(good) // 2])
+        res = stage(result, "train")
+        rerun = model.read_bytes()  # read before the restore
     assert res.returncode == 0, res.stderr
     assert f"warning: skipping unusable checkpoint {best.relative_to(result)}: sha256" in res.stderr
-    assert rerun == kept[result / "models/model.pt"]
+    assert rerun == weights
 
 
 @pytest.mark.parametrize("damage", ["truncated", "sidecar deleted"])
@@ -113,15 +110,13 @@ def test_a_best_checkpoint_the_stage_refused_is_never_copied_into_the_ledger(
     # gone every later train stage died in a FileNotFoundError traceback
     [best] = (result / "checkpoints").glob("*/best.pt")
     sidecar = best.with_name("best.pt.sha256")
-    kept = {p: p.read_bytes() for p in (best, sidecar)}
-    if damage == "truncated":
-        best.write_bytes(kept[best][: len(kept[best]) // 2])
-    else:
-        sidecar.unlink()
-    runs = [stage(result, "train") for _ in range(2)]  # and the stage stays runnable
-    ledger = sorted(p.name for p in (result / "models/ledger").iterdir())
-    for path, data in kept.items():
-        path.write_bytes(data)
+    with restored(best, sidecar) as (good, _):
+        if damage == "truncated":
+            best.write_bytes(good[: len(good) // 2])
+        else:
+            sidecar.unlink()
+        runs = [stage(result, "train") for _ in range(2)]  # and the stage stays runnable
+        ledger = sorted(p.name for p in (result / "models/ledger").iterdir())
     for res in runs:
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
         assert f"warning: {best.relative_to(result)} is not copied into models/ledger: " \
@@ -135,10 +130,9 @@ def test_a_best_checkpoint_the_stage_refused_is_never_copied_into_the_ledger(
 @pytest.mark.parametrize("name", ["decode", "evaluate"])
 def test_a_missing_input_file_stops_a_stage_in_one_line_naming_it(result: Path, name: str) -> None:
     contract = result / "tokenizer" / "contract.json"
-    kept = contract.read_bytes()
-    contract.unlink()
-    res = stage(result, name)
-    contract.write_bytes(kept)
+    with restored(contract):
+        contract.unlink()
+        res = stage(result, name)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.splitlines()[-1] == ("tokenizer/contract.json: missing; run the stages "
                                            "before this one (`dvc repro`) or `dvc pull` it")
@@ -147,12 +141,10 @@ def test_a_missing_input_file_stops_a_stage_in_one_line_naming_it(result: Path, 
 def test_a_model_file_that_is_not_weights_only_stops_decode_in_one_line(result: Path) -> None:
     model = result / "models/model.pt"
     sidecar = model.with_name("model.pt.sha256")
-    kept = {p: p.read_bytes() for p in (model, sidecar)}
-    model.write_bytes(pickle.dumps({"model": [1.0]}))
-    sidecar.write_text(hashlib.sha256(model.read_bytes()).hexdigest() + "\n")
-    res = stage(result, "decode")
-    for path, data in kept.items():
-        path.write_bytes(data)
+    with restored(model, sidecar):
+        model.write_bytes(pickle.dumps({"model": [1.0]}))
+        sidecar.write_text(hashlib.sha256(model.read_bytes()).hexdigest() + "\n")
+        res = stage(result, "decode")
     assert res.returncode == 1
     assert res.stderr == (f"{model.relative_to(result)}: not a weights-only checkpoint (it is "
                           "a plain pickle or not a torch.save archive); refused, nothing was "

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +15,9 @@ import yaml
 from pipeline.audit.replay import run_replay
 from pipeline.timing import StageTime, stage_file, training_clock
 from tests.factories import REPO
-from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
+from tests.pipeline_helpers import copy_result, dvc, merge, run_python, tool_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.e2e
 
 #: Train settings over the session's tiny result: checkpoints at steps 4, 8 and 12, ledger
 #: states at 0, 5, 10 and 12 (issue 33: the segment 0->5 spans the resume from step 4, the
@@ -47,9 +46,9 @@ def test_killed_train_stage_resumes_on_repro_and_matches_an_uninterrupted_run(
     dvc(straight, "repro", "train")
     crashed = retrained(audit_result[0], tmp_path / "crashed", log_every=2)
     # killed once checkpoint 4 and its sidecar are written: a named point, not a timed one
-    killed = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
-                             "--after", "ckpt-00000004.pt"], cwd=crashed, capture_output=True,
-                            text=True, env=tool_env() | {"PYTHONPATH": str(REPO)})
+    killed = run_python(crashed, "-m", "tests.programs.killed_stage", "train", "--after",
+                        "ckpt-00000004.pt", python=sys.executable,
+                        env=tool_env() | {"PYTHONPATH": str(REPO)})
     assert killed.returncode == -9, killed.stderr[-3000:]
     # the killed run wrote no model: the file is still the 6-step one of the copied result
     assert (crashed / "models/model.pt").read_bytes() == \
@@ -86,10 +85,9 @@ def test_ctrl_c_stops_training_in_one_line_naming_the_step_and_the_checkpoint_to
         audit_result: tuple[Path, str], tmp_path: Path) -> None:
     repo = retrained(audit_result[0], tmp_path / "interrupted", log_every=2)
     # SIGINT (what Ctrl-C sends) once checkpoint 4 is written
-    stopped = subprocess.run([sys.executable, "-m", "tests.programs.killed_stage", "train",
-                              "--after", "ckpt-00000004.pt", "--signal", "INT"], cwd=repo,
-                             capture_output=True, text=True,
-                             env=tool_env() | {"PYTHONPATH": str(REPO)})
+    stopped = run_python(repo, "-m", "tests.programs.killed_stage", "train", "--after",
+                         "ckpt-00000004.pt", "--signal", "INT", python=sys.executable,
+                         env=tool_env() | {"PYTHONPATH": str(REPO)})
     assert stopped.returncode == 130 and "Traceback" not in stopped.stderr, stopped.stderr
     lines = stopped.stderr.strip().splitlines()
     assert re.fullmatch(r"\[train\] stopped at step [34] \(interrupted\); `dvc repro` resumes "

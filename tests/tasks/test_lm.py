@@ -22,7 +22,7 @@ from seqcore.tasks.lm.setup import lm_report, lm_setup
 from seqcore.tasks.lm.streams import Segment, StreamBatcher, StreamState
 from seqcore.training.distributed import World
 from tests.factories import (
-    IDS, document_nll, dropout_modes, smoothed_token_losses, tiny_lm, train_setup)
+    IDS, document_nll, dropout_modes, smoothed_token_losses, tiny_lm, train_setup, written)
 
 SPECIAL = (IDS.pad, IDS.bos, IDS.eos)
 META = torch.device("meta")  # a device without storage, on any machine
@@ -39,9 +39,8 @@ def _feed(docs: list[list[int]], norm: str = "token-mean", streams: int = 1, bpt
 # -- documents -----------------------------------------------------------------------------------
 def test_cmudict_becomes_one_document_per_initial_letter_in_dictionary_order(
         tmp_path: Path) -> None:
-    raw = tmp_path / "cmudict.dict"
-    raw.write_text(";;; comment\nabc AE1 B K\nable EY1 B AH0 L\nbe B IY1 # note\n"
-                   "abe(2) EY1 B\nzoo Z UW1\n")
+    raw = written(tmp_path / "cmudict.dict", ";;; comment\nabc AE1 B K\nable EY1 B AH0 L\n"
+                  "be B IY1 # note\nabe(2) EY1 B\nzoo Z UW1\n")
     assert cmudict_documents(raw) == [
         Document("a", "abc AE1 B K\nable EY1 B AH0 L\nabe(2) EY1 B"),
         Document("b", "be B IY1"), Document("z", "zoo Z UW1")]
@@ -52,8 +51,7 @@ def test_documents_are_files_of_a_folder_or_blank_line_separated(tmp_path: Path)
     (tmp_path / "d" / "2.txt").write_text("second")
     (tmp_path / "d" / "1.txt").write_text("first")
     assert [d.text for d in read_documents(tmp_path / "d")] == ["first", "second"]
-    f = tmp_path / "t.txt"
-    f.write_text("a b\nc\n\n\nd\n  \ne f\n")
+    f = written(tmp_path / "t.txt", "a b\nc\n\n\nd\n  \ne f\n")
     assert [d.text for d in read_documents(f)] == ["a b\nc", "d", "e f"]
 
 
@@ -63,16 +61,14 @@ def test_documents_are_named_after_their_file_or_their_paragraph_number(tmp_path
     (tmp_path / "d" / "a.txt").write_text("x\n")
     folder = read_corpus(tmp_path / "d", "text", "skip").documents
     assert folder == [Document("a.txt", "x"), Document("b.txt", "one\ntwo")]
-    f = tmp_path / "t.txt"
-    f.write_text("p q\nr\n\ns\n")
+    f = written(tmp_path / "t.txt", "p q\nr\n\ns\n")
     assert read_corpus(f, "text", "skip").documents == [Document("t.txt#0", "p q\nr"),
                                                         Document("t.txt#1", "s")]
 
 
 def test_a_line_that_is_not_utf8_is_rejected_under_the_file_s_label_with_its_bytes_escaped(
         tmp_path: Path) -> None:
-    f = tmp_path / "t.txt"
-    f.write_bytes(b"good\nab\xff\n")
+    f = written(tmp_path / "t.txt", b"good\nab\xff\n")
     # read_lines shows undecodable bytes with backslash escapes: b"ab\xff" -> "ab\\xff"
     assert read_corpus(f, "text", "skip").rejects == [
         Reject(str(f), 2, "invalid-utf8", "ab\\xff", "dropped")]

@@ -17,7 +17,7 @@ from seqcore.tasks import PIECE_STAGES, TASKS, Task, TaskError, get_task
 from seqcore.tasks.lm.corpus import lm_corpus
 from seqcore.tasks.lm.documents import Document
 from seqcore.tasks.lm.setup import lm_setup
-from tests.factories import CONTRACT, REPO
+from tests.factories import CONTRACT, REPO, written
 from tests.pipeline_helpers import import_closure
 
 LM = {"task": "lm", "model": {"family": "gru", "rnn": {"embed_dim": 4, "hidden": 8}},
@@ -26,8 +26,7 @@ LM = {"task": "lm", "model": {"family": "gru", "rnn": {"embed_dim": 4, "hidden":
 
 def lm_config(tmp_path: Path, text: bytes, **data: object) -> Config:
     """An lm config reading ``text`` as the user's text file."""
-    path = tmp_path / "corpus.txt"
-    path.write_bytes(text)
+    path = written(tmp_path / "corpus.txt", text)
     return config_from_dict(LM | {"data": {"source": "text", "path": str(path), **data},
                                   "paths": {"raw": f"data/raw/{path.name}"}})
 

@@ -15,7 +15,7 @@ from seqcore.blobs import UnusableCheckpoint, atomic_write, load_blob, save_blob
 from seqcore.errors import OneLineError
 from seqcore.training.checkpoint import (
     SCHEMA_VERSION, Checkpoint, CheckpointDir, ContractMismatch, check_contract, step_of)
-from tests.factories import whole_checkpoint
+from tests.factories import whole_checkpoint, written
 
 
 def checkpoint_at(step: int) -> Checkpoint:
@@ -73,10 +73,8 @@ def test_checkpoint_loading_never_unpickles_arbitrary_objects(tmp_path: Path) ->
 
 def test_a_plain_pickle_is_refused_in_one_line_without_suggesting_to_lift_the_check(
         tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
-    path = tmp_path / "plain.pt"
-    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
-    path.with_name("plain.pt.sha256").write_text(hashlib.sha256(path.read_bytes()).hexdigest()
-                                                 + "\n")
+    path = written(tmp_path / "plain.pt", pickle.dumps({"w": [1.0, 2.0]}))
+    written(path.with_name("plain.pt.sha256"), hashlib.sha256(path.read_bytes()).hexdigest() + "\n")
     with pytest.raises(UnusableCheckpoint) as err:
         load_blob(path)
     message = str(err.value)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 from torch.nn import functional
 
 from seqcore.config import SequenceConfig, TrainConfig
 from seqcore.losses import sequence_loss
 from seqcore.training.distributed import World
 from seqcore.training.feeds import Seq2SeqFeed, choose_tokens
-from tests.factories import IDS, ReadBacks, examples, tiny_model
+from tests.factories import IDS, Oracle, ReadBacks, examples, tiny_model
 
 NOLS = SequenceConfig(label_smoothing=0.0)
 V = 12
@@ -62,25 +61,6 @@ def test_sampled_choice_reads_nothing_back_from_the_device() -> None:
     assert reads.found == []
 
 
-class Oracle(nn.Module):
-    """Fixed logits ``bump`` at token 7 everywhere; records each call's decoder input and
-    whether it ran with gradients."""
-
-    def __init__(self, bump: float) -> None:
-        super().__init__()
-        self.bias = nn.Parameter(torch.zeros(V))
-        with torch.no_grad():
-            self.bias[7] = bump
-        self.calls: list[torch.Tensor] = []
-        self.grad_modes: list[bool] = []
-
-    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
-                ) -> torch.Tensor:
-        self.calls.append(tgt_in.clone())
-        self.grad_modes.append(torch.is_grad_enabled())
-        return self.bias.expand(*tgt_in.shape, V)  # (B, T, V)
-
-
 def ss_feed(choice: str) -> Seq2SeqFeed:
     return Seq2SeqFeed((examples(4), []), IDS, NOLS, TrainConfig(batch_size=4, ss_choice=choice))
 
@@ -97,7 +77,7 @@ def mixed_inputs(feed: Seq2SeqFeed, batch, bump: float, p: float, seed: int) -> 
     seen = []
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)
-        model = Oracle(bump)
+        model = Oracle(V, bump)
         feed.loss(model, batch, p, torch.Generator().manual_seed(seed))
         seen.append(model.calls[1])
     return seen
@@ -105,7 +85,7 @@ def mixed_inputs(feed: Seq2SeqFeed, batch, bump: float, p: float, seed: int) -> 
 
 def test_scheduled_sampling_off_runs_one_pass_and_draws_nothing_from_the_generator() -> None:
     feed = ss_feed("sample")
-    batch, model, gen = feed.draw(), Oracle(0.01), torch.Generator().manual_seed(4)
+    batch, model, gen = feed.draw(), Oracle(V, 0.01), torch.Generator().manual_seed(4)
     before = gen.get_state()
     feed.loss(model, batch, 0.0, gen)
     assert len(model.calls) == 1 and torch.equal(model.calls[0], batch.tf.inputs)
@@ -126,7 +106,7 @@ def test_scheduled_sampling_replaces_inputs_where_the_generators_uniform_draw_is
 
 def test_scheduled_sampling_feeds_first_pass_predictions_and_keeps_true_labels() -> None:
     feed = ss_feed("argmax")
-    batch, model = feed.draw(), Oracle(5.0)
+    batch, model = feed.draw(), Oracle(V, 5.0)
     out = feed.loss(model, batch, 1.0, torch.Generator().manual_seed(0))
     (first, second), (first_grad, second_grad) = model.calls, model.grad_modes
     assert torch.equal(first, batch.tf.inputs) and not first_grad and second_grad

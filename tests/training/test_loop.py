@@ -51,8 +51,8 @@ from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop, autoc
 from seqcore.training.optim import build_optimizer
 from seqcore.training.schedule import learning_rate, scheduled_sampling_probability
 from tests.factories import (
-    IDS, REPO, S2S_SEED, IdPieces, dropout_modes, eval_nll, examples, kill_after, one_step_reads,
-    s2s_loop, smoothed_token_losses, tiny_config, tiny_lm, tiny_model)
+    IDS, REPO, S2S_SEED, IdPieces, Oracle, dropout_modes, eval_nll, examples, kill_after,
+    one_step_reads, s2s_loop, smoothed_token_losses, tiny_config, tiny_lm, tiny_model)
 from tests.training.runs import assert_same_run, finish, record_batches, trained
 
 NOLS = SequenceConfig(label_smoothing=0.0)
@@ -623,25 +623,6 @@ def test_without_warmup_the_first_step_already_follows_the_schedule(
 
 
 # -- scheduled sampling feeds the previous position's prediction -----------------------------
-class PositionOracle(nn.Module):
-    """Predicts token 4 + t at position t whatever the inputs, by a margin of 10 logits;
-    records every decoder input it is given."""
-
-    def __init__(self, vocab: int = 12) -> None:
-        super().__init__()
-        self.vocab = vocab
-        self.bias = nn.Parameter(torch.zeros(vocab))  # something for the optimiser to step
-        self.calls: list[torch.Tensor] = []
-
-    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor
-                ) -> torch.Tensor:
-        self.calls.append(tgt_in.detach().clone())
-        b, t = tgt_in.shape
-        table = torch.zeros(t, self.vocab)
-        table[torch.arange(t), torch.arange(t) + 4] = 10.0
-        return table.expand(b, t, self.vocab) + self.bias  # (B, T, V)
-
-
 def test_scheduled_sampling_feeds_the_previous_positions_prediction_after_bos(
         tmp_path: Path) -> None:
     # Gold inputs BOS 10 11 10 and BOS 11 PAD PAD; the oracle predicts 4 5 6 7 at positions
@@ -653,7 +634,7 @@ def test_scheduled_sampling_feeds_the_previous_positions_prediction_after_bos(
                 (IDS.bos, 11, IDS.pad, IDS.pad): [IDS.bos, 4, IDS.pad, IDS.pad]}
     # linear with k = 1 and cap 1: probability 1 (every eligible input replaced) from the
     # second step on, whichever step the schedule counts from
-    model = PositionOracle()
+    model = Oracle(positional=True)
     state = finish(trainer(tmp_path, data, SequenceConfig(), model=model, max_steps=2, lr=1e-6,
                            ss_schedule="linear", ss_k=1.0, ss_cap=1.0, ss_choice="argmax",
                            eval_every=100, checkpoint_every=100)).state

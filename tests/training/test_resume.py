@@ -14,16 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqcore.config import SequenceConfig, TrainConfig
+from seqcore.config import TrainConfig
 from seqcore.data.batching import SamplerState
 from seqcore.tasks.lm.feed import LMFeed
 from seqcore.tasks.lm.streams import StreamState
 from seqcore.training.checkpoint import Checkpoint, CheckpointDir, ContractMismatch
 from seqcore.training.distributed import WorldMismatch
-from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TooManySkippedSteps, TrainLoop
 from tests.factories import (
-    IDS, REPO, S2S_SEED, document_nll, examples, kill_after, s2s_loop, tiny_lm, tiny_model)
+    IDS, REPO, S2S_SEED, document_nll, examples, kill_after, s2s_loop, tiny_lm)
 from tests.programs.resume_worker import CKPT_EVERY, MAX_STEPS
 from tests.training.runs import assert_same_run, finish, record_batches, same_weights, trained
 
@@ -408,13 +407,7 @@ def test_lm_restored_carried_state_is_the_state_after_the_text_read_so_far(tmp_p
 def finishing_loop(work: Path, max_steps: int, select: str = "best_dev") -> TrainLoop:
     """A tiny run with dropout and a dev set that evaluates (dev NLL and dev decoding) every
     2 steps and at its last step, under the constant schedule (independent of max_steps)."""
-    cfg = TrainConfig(seed=S2S_SEED, amp="none", batch_size=4, bucket_width=2, max_steps=max_steps,
-                      schedule="constant", lr=1e-2, warmup_steps=0, eval_every=2,
-                      checkpoint_every=1, keep_last=2, threads=1, select=select)
-    model = tiny_model(dropout=0.2, enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
-    pairs = examples(16, seed=3, lengths=(1, 5))
-    feed = Seq2SeqFeed((pairs[:12], pairs[12:]), IDS, SequenceConfig(), cfg)
-    return TrainLoop(model, cfg, feed, CheckpointDir(work, cfg.keep_last), {"task": "s2s"}, 16)
+    return s2s_loop(work, max_steps, 4, eval_every=2, select=select)
 
 
 @pytest.mark.parametrize("select", ["best_dev", "best_dev_wer"])
