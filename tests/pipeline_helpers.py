@@ -127,10 +127,10 @@ def stage_worker_bin() -> str | None:
         return None
     folder = Path(tempfile.mkdtemp(prefix="seqcore-stage-worker-"))
     address = str(folder / "socket")
-    log = open(folder / "server.log", "wb")  # noqa: SIM115 (open while the server runs)
-    server = subprocess.Popen([sys.executable, "-m", "tests.programs.stage_server", address],
-                              cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
-                              stdout=subprocess.PIPE, stderr=log)
+    with open(folder / "server.log", "wb") as log:  # the server keeps its own descriptor
+        server = subprocess.Popen([sys.executable, "-m", "tests.programs.stage_server",
+                                   address], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                  stdout=subprocess.PIPE, stderr=log)
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     atexit.register(server.kill)
     assert server.stdout is not None and server.stdout.readline() == b"ready\n", \
