@@ -14,7 +14,8 @@ import torch
 from seqcore.blobs import UnusableCheckpoint, atomic_write, load_blob, save_blob
 from seqcore.errors import OneLineError
 from seqcore.training.checkpoint import (
-    SCHEMA_VERSION, Checkpoint, CheckpointDir, ContractMismatch, check_contract, step_of)
+    SCHEMA_VERSION, Checkpoint, CheckpointDir, ContractMismatch, check_contract, is_ledger_step,
+    ledger_steps, step_of)
 from tests.factories import whole_checkpoint, written
 
 
@@ -172,6 +173,50 @@ def test_clear_removes_numbered_best_and_ledger_files_with_their_sidecars(tmp_pa
     assert len(files_under(tmp_path)) == 6
     ckpt.clear()
     assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize(("last", "every", "kept"), [
+    (10, 4, [0, 4, 8, 10]),  # before the first step, every 4th, and the last
+    (8, 4, [0, 4, 8]),  # a last step on the period is kept once
+    (5, 0, [0, 5]),  # ledger_every 0: the first and the last state only
+    (3, 5, [0, 3]),  # a period longer than the run
+    (0, 2, [0]),  # no step taken: the state before it
+])
+def test_the_ledger_keeps_the_state_before_the_first_step_every_nth_and_the_last(
+        last: int, every: int, kept: list[int]) -> None:
+    assert ledger_steps(last, every) == kept
+    assert not is_ledger_step(12, 10, 4)  # past the last step: nothing to keep
+
+
+def test_copy_ledger_copies_the_kept_states_with_sidecars_and_names_each_left_out(
+        tmp_path: Path) -> None:
+    # issue 54: the train stage's ledger output never carries a state loading would refuse
+    ckpt = CheckpointDir(tmp_path / "ck", keep_last=2)
+    for step in range(7):  # more states than a ledger_every of 2 keeps
+        ckpt.save_ledger(step, checkpoint_at(step))
+    ckpt.save_best(checkpoint_at(5))
+    bad = ckpt.ledger / "ckpt-00000004.pt"
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.raises(UnusableCheckpoint) as err:
+        Checkpoint.load(bad)
+    reason = str(err.value).removeprefix(f"{bad}: ")
+    out = tmp_path / "out"
+    out.mkdir()
+    written(out / "stale.txt", "an earlier copy")  # the copy replaces the folder
+    assert ckpt.copy_ledger(out, 6, 2, with_best=True) == (
+        [4], [f"{bad} is not copied into {out}: {reason}"])
+    names = [f"{name}{side}" for name in ("best.pt", "ckpt-00000000.pt", "ckpt-00000002.pt",
+                                          "ckpt-00000006.pt") for side in ("", ".sha256")]
+    assert files_under(out) == names
+    for name in names:
+        source = ckpt.root if name.startswith("best") else ckpt.ledger
+        assert (out / name).read_bytes() == (source / name).read_bytes()
+    # a ledger of another period or a longer run, into a folder not made yet: the steps the
+    # folder lacks are listed
+    fresh = tmp_path / "fresh" / "ledger"
+    assert ckpt.copy_ledger(fresh, 9, 3, with_best=False) == ([9], [])
+    assert files_under(fresh) == [f"ckpt-0000000{s}.pt{side}" for s in (0, 3, 6)
+                                  for side in ("", ".sha256")]
 
 
 def test_best_weights_fall_back_to_the_best_steps_checkpoint_when_best_pt_is_absent(
