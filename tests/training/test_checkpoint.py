@@ -185,7 +185,10 @@ def test_clear_removes_numbered_best_and_ledger_files_with_their_sidecars(tmp_pa
 def test_the_ledger_keeps_the_state_before_the_first_step_every_nth_and_the_last(
         last: int, every: int, kept: list[int]) -> None:
     assert ledger_steps(last, every) == kept
-    assert not is_ledger_step(12, 10, 4)  # past the last step: nothing to keep
+
+
+def test_a_step_past_the_last_is_no_ledger_step_even_on_the_period() -> None:
+    assert not is_ledger_step(12, 10, 4)
 
 
 def test_copy_ledger_copies_the_kept_states_with_sidecars_and_names_each_left_out(
