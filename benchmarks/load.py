@@ -25,6 +25,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -76,9 +77,12 @@ def served(model_uri: str, tracking_uri: str, cwd: Path, log: Path | None = None
     that quotes it. ``env``: the server's environment (default this process's)."""
     port = free_port()
     env = {**(env or os.environ), "MLFLOW_TRACKING_URI": tracking_uri}
+    # this interpreter's mlflow and the server it starts (uvicorn) first on PATH, also when
+    # its venv is not (`.venv/bin/python -m pytest`)
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     out = open(log, "w+b") if log else subprocess.DEVNULL  # noqa: SIM115
     server = subprocess.Popen(
-        [shutil.which("mlflow", path=env.get("PATH")) or "mlflow", "models", "serve", "-m",
+        [shutil.which("mlflow", path=env["PATH"]) or "mlflow", "models", "serve", "-m",
          model_uri, "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], cwd=cwd,
         env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

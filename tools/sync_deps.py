@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.stages.test_declared_reads import CODE_ROOTS, import_closure  # noqa: E402
+from tests.pipeline_helpers import CODE_ROOTS, import_closure  # noqa: E402 (after sys.path)
 
 
 def compact(files: set[str]) -> list[str]:
