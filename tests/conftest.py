@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import torch  # noqa: E402
 from seqcore.contract import SpecialIds
 from tests.factories import IDS
 from tests.pipeline_helpers import (
-    AUDIT_SAMPLE, TINY_PARAMS, copy_repo, copy_result, merge, tool_env)
+    AUDIT_SAMPLE, TINY_PARAMS, copy_repo, copy_result, dvc, merge)
 from tests.servers import Team, team_stack
 
 
@@ -53,10 +51,7 @@ def audit_result(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     changing anything), and the repro's output."""
     repo = copy_repo(tmp_path_factory.mktemp("result"), merge(TINY_PARAMS, {
         "evaluate": {"prediction_sample": AUDIT_SAMPLE}, "decode": {"batch_size": 8}}))
-    res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "repro"], cwd=repo,
-                         env=tool_env(), capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return repo, res.stdout + res.stderr
+    return repo, dvc(repo, "repro")
 
 
 @pytest.fixture

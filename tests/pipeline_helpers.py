@@ -168,18 +168,29 @@ AUDIT_SAMPLE = 5
 
 
 def run_python(cwd: Path, *args: str, env: dict[str, str] | None = None,
-               python: str | None = None, timeout: float | None = None
-               ) -> subprocess.CompletedProcess:
-    """``python ARGS`` in ``cwd``, output as text (by default the stage worker's, tool_env())."""
+               python: str | None = None, timeout: float | None = None,
+               stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``python ARGS`` in ``cwd``, output as text: the one way a test runs a stage or command
+    as its own process. By default the stage worker's ``python`` and tool_env(); ``python=
+    sys.executable`` for a fresh interpreter (a test about the process itself)."""
     return subprocess.run([python or stage_python(), *args], cwd=cwd, capture_output=True,
-                          env=tool_env() if env is None else env, text=True, timeout=timeout)
+                          env=tool_env() if env is None else env, text=True, timeout=timeout,
+                          input=stdin)
+
+
+def dvc_process(repo: Path, *args: str, env: dict[str, str] | None = None,
+                timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`dvc ARGS` in ``repo``, output as text: this venv's `dvc`, by default in tool_env()
+    (its stages then run in the stage worker)."""
+    env = tool_env() if env is None else env
+    return subprocess.run([shutil.which("dvc", path=env["PATH"]) or "dvc", *args], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def dvc(repo: Path, *args: str) -> str:
-    """`dvc ARGS` in ``repo`` (this venv's); asserts success and returns what it printed."""
-    env = tool_env()
-    res = subprocess.run([shutil.which("dvc", path=env["PATH"]) or "dvc", *args], cwd=repo,
-                         env=env, capture_output=True, text=True)
+    """`dvc ARGS` in ``repo`` (:func:`dvc_process`); asserts success and returns what it
+    printed."""
+    res = dvc_process(repo, *args)
     assert res.returncode == 0, f"dvc {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}"
     return res.stdout + res.stderr
 

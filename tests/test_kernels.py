@@ -26,7 +26,7 @@ from seqcore.kernels import (
 from seqcore.signature import config_contract, decode_fields
 from seqcore.training.optim import PortableAdam, build_optimizer, ieee_sqrt
 from tests.factories import REPO, s2s_loop
-from tests.pipeline_helpers import copy_result, dvc, tool_env
+from tests.pipeline_helpers import copy_result, dvc, run_python, tool_env
 from tests.programs.golden_training import digests, train_golden
 
 GOLDEN = json.loads((REPO / "tests" / "golden_training.json").read_text())
@@ -124,8 +124,8 @@ def test_a_stage_without_the_profile_starts_itself_again_and_writes_the_same_byt
     repo = copy_result(audit_result[0], tmp_path / "r")
     before = (repo / "predictions" / "test.jsonl").read_bytes()
     (repo / "predictions" / "test.jsonl").unlink()
-    res = subprocess.run([sys.executable, "-m", "pipeline.decode"], cwd=repo, text=True,
-                         env=profile_env("native", tool_env()), capture_output=True, check=False)
+    res = run_python(repo, "-m", "pipeline.decode", python=sys.executable,
+                     env=profile_env("native", tool_env()))
     assert res.returncode == 0, res.stderr
     # the bytes of the profile, not of this CPU's own kernels (MKL's AMD or Intel GEMMs give
     # other scores): the stage started itself again under the profile

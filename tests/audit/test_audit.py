@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from seqcore.signature import NO_RESULT_KEYS
 from seqcore.signature_format import inherited_diff
 from tests.factories import REPO
 from tests.pipeline_helpers import (
-    AUDIT_SAMPLE, copy_result, result_runs, run_artifact, run_audit, run_python, tool_env)
+    AUDIT_SAMPLE, copy_result, dvc, result_runs, run_artifact, run_audit, run_python, tool_env)
 
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 CHECKS = ["dvc.lock hashes and params", "dvc status", "contract", "counts", "fetch redone",
@@ -274,16 +273,13 @@ def test_nonblank_lines_count_records_not_blank_lines(tmp_path: Path) -> None:
 def test_a_dvc_experiment_is_its_own_mlflow_run_and_passes_the_audit(
         audit_result: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = copy_result(audit_result[0], tmp_path / "copy")  # the experiment logs into the copy
-    res = subprocess.run([str(Path(sys.executable).with_name("dvc")), "exp", "run", "-S",
-                          "decode.beam_size=6"], cwd=repo, env=tool_env(), capture_output=True,
-                         text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert {s for s in STAGES if f"Running stage '{s}'" in res.stdout} == {"decode", "evaluate"}
+    out = dvc(repo, "exp", "run", "-S", "decode.beam_size=6")
+    assert {s for s in STAGES if f"Running stage '{s}'" in out} == {"decode", "evaluate"}
     _, runs = result_runs(repo)
     committed = load_config(REPO / "params.yaml").decode.beam_size
     assert [r.data.params["decode.beam_size"] for r in runs] == ["6", str(committed)]
     name = runs[0].data.tags["dvc.exp.name"]
-    assert runs[0].info.run_name.startswith(name) and name in res.stdout  # name leads
+    assert runs[0].info.run_name.startswith(name) and name in out  # name leads
     assert run_audit(repo, monkeypatch).ok
 
 

@@ -16,16 +16,15 @@ import yaml
 from seqcore.contract import SpecialIds
 from seqcore.tokenizer import TokenizerSettingsError, choose_settings, train_sentencepiece
 from tests.factories import REPO
-from tests.pipeline_helpers import merge
+from tests.pipeline_helpers import merge, run_python
 
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())
 
 
 def run_stage(stage: str, folder: Path, params_text: str) -> subprocess.CompletedProcess:
     (folder / "params.yaml").write_text(params_text)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", f"pipeline.{stage}"], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_python(folder, "-m", f"pipeline.{stage}", python=sys.executable, timeout=120,
+                      env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
 def over(overrides: dict) -> str:

@@ -7,7 +7,6 @@ import json
 import os
 import runpy
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +28,8 @@ from seqcore.metrics.report import render_report, training_summary
 from seqcore.progress import in_chunks
 from tests.factories import REPO, make_rows
 from tests.pipeline_helpers import (
-    TINY_PARAMS, copy_result, doc_blocks, doc_commands, dvc, result_runs, run_artifact)
+    TINY_PARAMS, copy_result, doc_blocks, doc_commands, dvc, dvc_process, result_runs,
+    run_artifact)
 
 DOC = REPO / "docs/experiments.md"
 
@@ -177,8 +177,9 @@ def test_documented_exp_show_fits_120_columns(exps: tuple[Path, dict[str, str]])
     # the page's `dvc exp show` command (the test runs what users read)
     cmd = shlex.split(next(ln for ln in DOC.read_text().splitlines()
                            if ln.startswith("dvc exp show --")))
-    out = subprocess.run([shutil.which("dvc", path=env["PATH"]), *cmd[1:], "--no-pager"],
-                         cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+    res = dvc_process(repo, *cmd[1:], "--no-pager", env=env)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
     assert max(len(ln) for ln in out.splitlines()) <= 120 and "…" not in out, out
     for column in ("wer", "per", "ppl", "train.lr", "decode.strategy", "decode.beam_size",
                    "lr-half", "beam3"):

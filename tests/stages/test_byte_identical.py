@@ -17,7 +17,7 @@ from pipeline.git_state import git_state
 from seqcore.config import load_config
 from seqcore.training.checkpoint import CheckpointDir
 from tests.factories import REPO
-from tests.pipeline_helpers import TINY_PARAMS, copy_repo, merge
+from tests.pipeline_helpers import TINY_PARAMS, copy_repo, merge, run_python
 
 PARAMS = merge(TINY_PARAMS, {"train": {"max_steps": 12, "checkpoint_every": 4,
                                        "eval_every": 4, "keep_last": 2, "threads": 1}})
@@ -35,8 +35,8 @@ TRACKED = ("checkpoints", "models/model.pt", "models/model.pt.sha256", "reports/
 
 
 def python(repo: Path, *args: str, status: int = 0) -> subprocess.CompletedProcess:
-    res = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    res = run_python(repo, *args, python=sys.executable, timeout=300,
+                     env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert res.returncode == status, res.stderr[-3000:]
     return res
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -19,7 +18,8 @@ from seqcore.decoding.factory import make_decoder
 from seqcore.models.transformer import Transformer, TransformerShape
 from seqcore.training.setups import position_range
 from tests.factories import IDS, REPO
-from tests.pipeline_helpers import CODE_ROOTS, TINY_PARAMS, copy_repo, import_closure, merge
+from tests.pipeline_helpers import (
+    CODE_ROOTS, TINY_PARAMS, copy_repo, import_closure, merge, run_python)
 
 STAGES = ("fetch", "prepare", "tokenizer", "baseline", "train", "decode", "evaluate")
 
@@ -48,62 +48,6 @@ def test_stage_deps_are_exactly_the_import_closure_of_its_entry_module(stage: st
         assert not unused, f"{stage}: dvc.yaml dep {dep} holds modules it never imports: {unused}"
 
 
-#: Runs every stage in one process, recording the leaf fields read on the tree load_config
-#: returns (indexed by object id -> dotted prefix), not on config objects built elsewhere (the
-#: model file's own ModelConfig) nor in the params checks. The stages run unchanged.
-RECORDER = r"""
-import dataclasses, json, runpy, sys
-import seqcore.config as C
-
-prefixes, reads, alive = {}, set(), []
-fields = {cls: {f.name for f in dataclasses.fields(cls)} for cls in vars(C).values()
-          if isinstance(cls, type) and dataclasses.is_dataclass(cls)}
-
-def index(obj, prefix):
-    alive.append(obj)  # an id is unique only while its object lives: keep each one alive
-    prefixes[id(obj)] = prefix
-    for name in fields[type(obj)]:
-        value = object.__getattribute__(obj, name)
-        if type(value) in fields:
-            index(value, f"{prefix}{name}.")
-
-def recording_getattribute(self, name):
-    value = object.__getattribute__(self, name)
-    prefix = prefixes.get(id(self))
-    if prefix is not None and name in fields[type(self)] and type(value) not in fields:
-        reads.add(prefix + name)
-    return value
-
-for cls in fields:
-    cls.__getattribute__ = recording_getattribute
-real_load = C.load_config
-
-def load_config(path):
-    cfg = real_load(path)
-    index(cfg, "")
-    return cfg
-
-C.load_config = load_config
-# The params checks make no output: the loader's run before indexing; the task's own
-# (seqcore.tasks.task_checked, issue 50) are not recorded either.
-import seqcore.tasks as T
-real_checked = T.task_checked
-
-def task_checked(cfg, source):
-    before = set(reads)
-    checked = real_checked(cfg, source)
-    reads.intersection_update(before)
-    return checked
-
-T.task_checked = task_checked
-out = {}
-for stage in sys.argv[1:]:
-    reads.clear()
-    sys.argv = [f"pipeline/{stage}.py"]
-    runpy.run_module(f"pipeline.{stage}", run_name="__main__", alter_sys=True)
-    out[stage] = sorted(reads)
-print(json.dumps(out))
-"""
 
 
 def declared_params(stage: dict) -> set[str]:
@@ -124,8 +68,8 @@ def recorded_reads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[st
         "train": {"max_steps": 2, "eval_every": 2, "checkpoint_every": 2}}))
     env = dict(os.environ, PYTHONPATH=str(REPO), MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
                MLFLOW_TRACKING_URI=f"sqlite:///{repo / 'mlflow.db'}")
-    res = subprocess.run([sys.executable, "-c", RECORDER, *STAGES], cwd=repo, env=env,
-                         capture_output=True, text=True, timeout=300)
+    res = run_python(repo, "-m", "tests.programs.config_reads", *STAGES, env=env,
+                     python=sys.executable, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     return {k: set(v) for k, v in json.loads(res.stdout.strip().splitlines()[-1]).items()}
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.factories import REPO
 from tests.pipeline_helpers import (
-    TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, result_runs, stage_python,
+    TINY_PARAMS, copy_repo, doc_blocks, doc_commands, dvc, merge, result_runs, run_python,
     tool_env)
 
 pytestmark = pytest.mark.e2e
@@ -125,8 +125,8 @@ def test_the_run_lands_in_an_mlflow_experiment_named_after_the_task_and_data(
 def test_predict_answers_or_gives_a_reason_for_every_input_line(p2g_repo: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(p2g_repo))
     long = " ".join(["K AE T"] * 11)
-    res = subprocess.run([stage_python(), "-m", "pipeline.predict"], cwd=p2g_repo, env=env,
-                         input=f"K AE T\n\nQ X K\n{long}\n", capture_output=True, text=True)
+    res = run_python(p2g_repo, "-m", "pipeline.predict", env=env,
+                     stdin=f"K AE T\n\nQ X K\n{long}\n")
     assert res.returncode == 1
     problems = [line for line in res.stderr.splitlines() if line.startswith("[predict] line")]
     assert "[predict] line 2 '': empty input" in problems

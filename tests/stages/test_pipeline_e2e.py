@@ -8,15 +8,13 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import TINY_PARAMS, dvc, restored, run_python
+from tests.pipeline_helpers import TINY_PARAMS, dvc, dvc_process, restored, run_python
 
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
@@ -81,8 +79,7 @@ def test_an_unknown_key_stops_repro_even_when_no_stage_reads_it(result: Path) ->
         good = params.read_text()
         assert lr in good
         params.write_text(good.replace(lr, f"{lr}  lrr: 0.5\n", 1))
-        res = subprocess.run([shutil.which("dvc", path=f"{Path(sys.executable).parent}")
-                              or "dvc", "repro"], cwd=result, capture_output=True, text=True)
+        res = dvc_process(result, "repro")
     assert res.returncode != 0
     out = res.stdout + res.stderr
     assert "params.yaml: train.lrr = 0.5: unknown key; did you mean train.lr?" in out

@@ -8,8 +8,6 @@ import functools
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import yaml
 
 from seqcore.config import Config, as_dict, flatten
 from tests.factories import REPO
-from tests.pipeline_helpers import declares, dvc, tool_env
+from tests.pipeline_helpers import declares, dvc, dvc_process, run_python, tool_env
 
 #: validate checks the whole file: every key makes it stale (it writes nothing).
 ALWAYS = frozenset({"validate"})
@@ -132,32 +130,6 @@ def other_value(value: Any) -> Any:
     return f"{value}x"
 
 
-#: Runs `dvc status` in-process once per case (DVC is imported once); prints
-#: {key: [stale stages]} as JSON.
-STATUS = r"""
-import functools, json, sys, yaml
-from dvc.repo import Repo
-
-params, cases = sys.argv[1], json.loads(sys.argv[2])
-original = open(params, encoding="utf-8").read()
-tree = yaml.safe_load(original)
-
-def status():
-    with Repo(".") as repo:
-        return sorted({name.rsplit(":", 1)[-1] for name in repo.status()})
-
-out = {"": status()}
-for key, value in cases.items():
-    changed = json.loads(json.dumps(tree))
-    *parents, leaf = key.split(".")
-    functools.reduce(lambda node, part: node.setdefault(part, {}), parents, changed)[leaf] = value
-    with open(params, "w", encoding="utf-8") as f:
-        yaml.safe_dump(changed, f, sort_keys=False)
-    out[key] = status()
-with open(params, "w", encoding="utf-8") as f:
-    f.write(original)
-print(json.dumps(out))
-"""
 
 
 @pytest.mark.slow
@@ -167,8 +139,9 @@ def test_dvc_status_after_each_change_lists_exactly_the_stages_of_the_matrix(
     current = flatten(yaml.safe_load((repo / "params.yaml").read_text()))
     defaults = flatten(as_dict(Config()))
     cases = {k: other_value(current.get(k, defaults[k])) for k in proven_keys()}
-    res = subprocess.run([sys.executable, "-c", STATUS, "params.yaml", json.dumps(cases)],
-                         cwd=repo, env=tool_env(), capture_output=True, text=True, timeout=300)
+    res = run_python(repo, "-m", "tests.programs.dvc_status", "params.yaml", json.dumps(cases),
+                     python=sys.executable, env=dict(tool_env(), PYTHONPATH=str(REPO)),
+                     timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     stale = json.loads(res.stdout.strip().splitlines()[-1])
     assert stale.pop("") == [], "the committed tiny result is not up to date"
@@ -222,8 +195,7 @@ def test_another_platform_and_package_set_reproduce_every_locked_out(
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
                                   if "seqcore-stage-worker" not in p)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(site), env.get("PYTHONPATH"))))
-    res = subprocess.run([shutil.which("dvc", path=env["PATH"]) or "dvc", "repro", "-f"],
-                         cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    res = dvc_process(repo, "repro", "-f", env=env, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     after = locked_outs(repo)
     assert after == before, {p: (before.get(p), m) for p, m in after.items() if before.get(p) != m}

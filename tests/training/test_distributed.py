@@ -33,7 +33,7 @@ from seqcore.training.distributed import GradientPresenceChanged, World, WorldMi
 from seqcore.training.feeds import Seq2SeqFeed
 from seqcore.training.loop import TrainLoop
 from tests.factories import IDS, examples, one_step_reads, tiny_lm, tiny_model
-from tests.pipeline_helpers import copy_result, dvc, merge, tool_env
+from tests.pipeline_helpers import copy_result, dvc, merge, run_python
 
 STEPS = 3
 RTOL, ATOL = 1e-5, 1e-7
@@ -206,8 +206,7 @@ def two_rank_repo(audit_result: tuple[Path, str], tmp_path_factory: pytest.TempP
 @pytest.mark.e2e
 def test_repro_with_two_processes_completes_and_passes_the_audit(two_rank_repo: Path) -> None:
     # `python` from PATH: the stage worker's (the audit's subject is the result, not a process)
-    res = subprocess.run(["python", "-m", "pipeline.audit"], cwd=two_rank_repo, env=tool_env(),
-                         capture_output=True, text=True)
+    res = run_python(two_rank_repo, "-m", "pipeline.audit")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "audit: PASSED" in res.stdout + res.stderr
 
@@ -252,8 +251,8 @@ def test_resume_with_another_world_size_is_refused_in_one_line(two_rank_repo: Pa
     params = yaml.safe_load((two_rank_repo / "params.yaml").read_text())
     params["train"]["nproc"] = 1
     (two_rank_repo / "params-1proc.yaml").write_text(yaml.safe_dump(params))
-    res = subprocess.run([sys.executable, "-m", "pipeline.train", "--params", "params-1proc.yaml"],
-                         cwd=two_rank_repo, capture_output=True, text=True)
+    res = run_python(two_rank_repo, "-m", "pipeline.train", "--params", "params-1proc.yaml",
+                     python=sys.executable, env=dict(os.environ))
     (two_rank_repo / "params-1proc.yaml").unlink()
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
@@ -262,8 +261,8 @@ def test_resume_with_another_world_size_is_refused_in_one_line(two_rank_repo: Pa
     # line comes once, not once per rank inside torchrun's failure report.
     params["train"]["nproc"] = 3
     (two_rank_repo / "params-3proc.yaml").write_text(yaml.safe_dump(params))
-    res = subprocess.run([sys.executable, "-m", "pipeline.train", "--params", "params-3proc.yaml"],
-                         cwd=two_rank_repo, capture_output=True, text=True)
+    res = run_python(two_rank_repo, "-m", "pipeline.train", "--params", "params-3proc.yaml",
+                     python=sys.executable, env=dict(os.environ))
     (two_rank_repo / "params-3proc.yaml").unlink()
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.count("written by 2 process(es) and this run has 3") == 1, res.stderr
