@@ -146,17 +146,20 @@ def with_loss(loop: TrainLoop, edit: Callable[[Any, int], Any]) -> TrainLoop:
 
 def test_a_step_out_of_memory_names_the_micro_batch_shape_and_the_settings_to_lower(
         tmp_path: Path) -> None:
-    # issue 53: the CPU allocator's own failure (a real one: an allocation it refuses)
-    loop = with_loss(plain_loop(tmp_path, examples(8), batch_size=4, accum_steps=2),
-                     lambda out, step: torch.empty(2**50))  # 4 PiB
-    with pytest.raises(TrainingOutOfMemory) as stopped:
-        loop.train_step()
-    assert re.fullmatch(
-        r"out of cpu memory at step 1 on a micro-batch of 4 sources x \d+ positions and 4 "
-        r"targets x \d+ positions \(train.batch_size=4, train.accum_steps=2\); lower "
-        r"train.batch_size and raise train.accum_steps by the same factor \(the same batch in "
-        r"smaller pieces\), or lower sequence.max_src_len/max_tgt_len", str(stopped.value))
-    assert isinstance(stopped.value, OneLineError)  # a stage prints it alone, exit status 1
+    # issue 53: the CPU allocator's own failure (a real one: an allocation it refuses), in
+    # the eager step and in the graphed one (its micro-batches go through the same stop)
+    for graphs in ({}, {"cuda_graphs": "on", **KERNELS["fused"]}):
+        loop = with_loss(plain_loop(tmp_path / str(len(graphs)), examples(8), batch_size=4,
+                                    accum_steps=2, **graphs),
+                         lambda out, step: torch.empty(2**50))  # 4 PiB
+        with pytest.raises(TrainingOutOfMemory) as stopped:
+            loop.train_step()
+        assert re.fullmatch(
+            r"out of cpu memory at step 1 on a micro-batch of 4 sources x \d+ positions and 4 "
+            r"targets x \d+ positions \(train.batch_size=4, train.accum_steps=2\); lower "
+            r"train.batch_size and raise train.accum_steps by the same factor \(the same batch "
+            r"in smaller pieces\), or lower sequence.max_src_len/max_tgt_len", str(stopped.value))
+        assert isinstance(stopped.value, OneLineError)  # a stage prints it alone, exit status 1
 
 
 def test_fused_adam_under_portable_kernels_is_refused_in_the_line_validate_writes() -> None:
@@ -794,6 +797,9 @@ def test_decoding_on_or_off_leaves_every_ledger_state_and_the_log_the_same(tmp_p
     decoded = [e for e in on.state.history if not math.isnan(e.dev_wer)]
     assert [e.step for e in decoded] == [2, 4, 6]  # every evaluation, and only there
     assert all(math.isnan(e.dev_wer) for e in off.state.history)
+    # the outputs the train stage prints: the last evaluation's, one per dev word
+    assert off.dev_outputs is None and on.dev_outputs is not None
+    assert on.dev_outputs.wer == decoded[-1].dev_wer and len(on.dev_outputs.outputs) == 7
     files = [[p.name for p in ledger_files(run.ckpt.ledger)] for run in (on, off)]
     assert files[0] == files[1] and len(files[0]) == 7
     n = len(StepLog.__dataclass_fields__) - len(DECODE_COLUMNS)  # the cells before decoding's
@@ -832,6 +838,28 @@ def test_the_mrt_steps_follow_the_likelihood_steps_at_their_own_rate(
     # with the reference among the candidates)
     assert all(0 <= r.loss <= 2 for r in rows[3:]) and all(math.isfinite(r.loss) for r in rows)
     assert not math.isnan(rows[-1].dev_nll)  # the last step (6) evaluates, not step 3
+
+
+def test_an_mrt_step_divides_its_risk_by_its_sources_and_samples_from_the_loops_generator(
+        tmp_path: Path) -> None:
+    # dropout-free (dropout would draw from the global RNG); linear scheduled sampling with
+    # k = 4 in the likelihood steps: 0, 1/4, 1/2, and none in the minimum-risk steps
+    loop = plain_loop(tmp_path, examples(8), mrt_search="sample", ss_schedule="linear",
+                      ss_k=4.0, ss_cap=1.0, **MRT)
+    risks, risk = [], loop.feed.mrt_loss
+
+    def recorded(model: nn.Module, batch: Batch, gen: torch.Generator) -> Any:
+        out = risk(model, batch, gen)
+        risks.append(float(out.total.detach()) / loop.feed.sources(batch))
+        return out
+    loop.feed.mrt_loss = recorded  # type: ignore[method-assign]
+    likelihood = loop.train_steps(3)
+    global_before, own_before = torch.get_rng_state(), loop.gen.get_state()
+    rows = loop.train_steps(3)
+    assert [r.ss_prob for r in likelihood + rows] == [0.0, 0.25, 0.5, 0.0, 0.0, 0.0]
+    assert [r.loss for r in rows] == pytest.approx(risks, rel=1e-6) and len(risks) == 3
+    assert torch.equal(torch.get_rng_state(), global_before)
+    assert not torch.equal(loop.gen.get_state(), own_before)
 
 
 def test_a_killed_mrt_run_resumes_to_the_same_weights_and_log(tmp_path: Path) -> None:
@@ -955,11 +983,24 @@ def test_a_graphed_run_trains_as_the_eager_run_but_for_rounding(tmp_path: Path) 
     for field_ in ("loss", "grad_norm"):
         assert [getattr(e, field_) for e in graphed.state.history] == pytest.approx(
             [getattr(e, field_) for e in eager.state.history], rel=1e-5)
-    assert [e.tokens for e in graphed.state.history] == [e.tokens for e in eager.state.history]
+    assert [(e.step, e.epoch, e.lr, e.tokens, e.skipped, e.ss_prob)
+            for e in graphed.state.history] == [(e.step, e.epoch, e.lr, e.tokens, e.skipped,
+                                                 e.ss_prob) for e in eager.state.history]
     assert eager.graphs is None and isinstance(graphed.opt.param_groups[0]["lr"], torch.Tensor)
     # the known answers beside the relation: the constant rate and the last step's tokens
     assert float(graphed.graphs.lr) == np.float32(1e-2)
     assert int(graphed.graphs.denominator) == graphed.state.history[-1].tokens
+
+
+def test_a_graphed_bf16_run_autocasts_its_step_as_the_eager_bf16_run(tmp_path: Path) -> None:
+    # the graphed step's own autocast context (without the weights' cast cache, which a CUDA
+    # capture cannot keep): bf16 as the eager step's, not fp32
+    eager, graphed, fp32 = (finish(graphed_loop(tmp_path / name, cuda_graphs=graphs, amp=amp))
+                            for name, graphs, amp in (("e", "off", "bf16"), ("g", "on", "bf16"),
+                                                      ("f", "on", "none")))
+    losses = [[e.loss for e in run.state.history] for run in (eager, graphed, fp32)]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert losses[1][0] != pytest.approx(losses[2][0], rel=1e-5)
 
 
 def test_a_graphed_step_keeps_nothing_of_an_earlier_micro_batch_in_its_buffers(

@@ -20,7 +20,7 @@ from seqcore.tasks.lm.feed import LMFeed
 from seqcore.tasks.lm.streams import StreamState
 from seqcore.training.checkpoint import Checkpoint, CheckpointDir, ContractMismatch
 from seqcore.training.distributed import WorldMismatch
-from seqcore.training.loop import TooManySkippedSteps, TrainLoop
+from seqcore.training.loop import StepLog, TooManySkippedSteps, TrainLoop
 from tests.factories import (
     IDS, REPO, S2S_SEED, document_nll, examples, kill_after, s2s_loop, tiny_lm)
 from tests.programs.resume_worker import CKPT_EVERY, MAX_STEPS
@@ -424,6 +424,26 @@ def test_continuing_a_finished_run_equals_the_straight_run(tmp_path: Path, selec
     best = [Checkpoint.load(run.ckpt.root / "best.pt") for run in (straight, second)]
     assert best[0].step == best[1].step and all(
         torch.equal(a, b) for a, b in zip(best[0].weights.values(), best[1].weights.values()))
+
+
+def test_reopening_keeps_an_earlier_best_and_forgets_a_best_only_the_closing_step_made(
+        tmp_path: Path) -> None:
+    # the rule on histories written by hand (dev NLL at the grid's step 2 and the closing 3)
+    loop = finishing_loop(tmp_path, 6)
+
+    def row(step: int, dev_nll: float) -> StepLog:
+        return StepLog(step, 0, 1e-2, 1.0, 4, 1.0, 0, dev_nll, 0.0)
+    loop._reopen()  # an empty history: nothing to reopen
+    loop.ckpt.save_best(loop.checkpoint())
+    loop.state.history = [row(1, math.nan), row(2, 0.5), row(3, 0.9)]
+    loop._reopen()
+    assert math.isnan(loop.state.history[-1].dev_nll) and loop.state.history[1].dev_nll == 0.5
+    assert (loop.state.best_step, loop.state.best_dev) == (2, 0.5)
+    assert (tmp_path / "best.pt").exists()  # it holds step 2, which is still the best
+    loop.state.history = [row(1, math.nan), row(3, 0.9)]  # the closing step evaluated alone
+    loop._reopen()
+    assert (loop.state.best_step, loop.state.best_dev) == (0, math.inf)
+    assert not (tmp_path / "best.pt").exists()
 
 
 def test_a_finished_runs_closing_evaluation_leaves_it_when_it_is_continued(tmp_path: Path) -> None:
