@@ -12,7 +12,7 @@ import torch
 from seqcore.artifacts.train_log import StepLog
 from seqcore.data.examples import Example
 from seqcore.training.dev_decode import (
-    best_row, decode_sample, dev_sample, score, selection_key, shown_lines)
+    DevScores, best_row, decode_sample, dev_sample, score, selection_key, shown_lines)
 from seqcore.training.select import dev_figures
 from tests.factories import IDS, examples, tiny_model
 
@@ -30,6 +30,7 @@ def test_the_sample_is_evenly_spaced_whole_words_with_the_first_reference_first(
     assert torch.equal(state[0], torch.get_rng_state()) and state[1] == random.getstate()
     assert (state[2] == np.random.get_state()[1]).all()  # no random number drawn
     assert dev_sample(dev, 2).sources == ("wa", "wd")
+    assert dev_sample(dev, 1).sources == ("wa",)  # word 0 alone
     everything = dev_sample(dev, 50)  # more than the split holds: every word, once
     assert everything.sources == ("wa", "wb", "wc", "wd", "we", "wf")
     assert everything.references[1] == ((6,), (7, 8))  # the word's references, file order
@@ -45,6 +46,9 @@ def test_the_rates_have_known_answers() -> None:
     assert per == (0 + 1 + 1 + 1) / (3 + 2 + 1 + 2)  # edits over first-reference tokens
     assert exact == 2 / 4  # (8,) is the second reference of its word
     assert all(math.isnan(v) for v in score([], ()))  # undefined, never 0
+    assert score([(4,)], (((4,), (5,)),)) == (0.0, 0.0, 1.0)
+    assert score([(5,)], (((4,), (5,)),))[2] == 1.0 and score([(6,)], (((4,), (5,)),))[2] == 0.0
+    assert math.isnan(score([(4,)], (((),),))[1])  # first references without a token: no PER
 
 
 def test_selection_prefers_the_lowest_figure_then_the_other_rate_then_nll_then_the_earlier_step(
@@ -64,6 +68,8 @@ def test_selection_prefers_the_lowest_figure_then_the_other_rate_then_nll_then_t
     assert figures == {"best_dev_wer": 0.3, "best_dev_wer_step": 5, "selected_dev_wer": 0.3,
                        "selected_dev_per": 0.12}
     assert math.isnan(dev_figures(history, 7)["selected_dev_wer"])
+    absent = dev_figures(history, 99)  # a step the log lacks (a log the audit reads)
+    assert math.isnan(absent["selected_dev_wer"]) and math.isnan(absent["selected_dev_per"])
 
 
 def test_decoding_restores_training_mode_and_reads_no_random_number() -> None:
@@ -76,3 +82,17 @@ def test_decoding_restores_training_mode_and_reads_no_random_number() -> None:
     assert len(decode_sample(model, sample, IDS, 8, 3, 2).outputs) == 5
     lines = shown_lines(sample, scores, 2, lambda ids: " ".join(map(str, ids)))
     assert len(lines) == 2 and all(" -> " in line and "reference" in line for line in lines)
+
+
+def test_the_shown_words_are_evenly_spaced_with_their_output_and_whether_it_is_the_reference(
+        ) -> None:
+    dev = [ex(i, g, [5 + i]) for i, g in enumerate("abc")]
+    sample = dev_sample(dev, 3)
+    scores = DevScores(0.5, 0.5, 0.5, ((5,), (), (9,)))  # right, empty, wrong
+    render = " ".join  # ids as text: a space between
+    lines = shown_lines(sample, scores, 3, lambda ids: render(map(str, ids)))
+    assert lines == ["wa -> 5 (= reference 5)", "wb -> (empty) (!= reference 6)",
+                     "wc -> 9 (!= reference 7)"]
+    assert shown_lines(sample, scores, 9, lambda ids: render(map(str, ids))) == lines  # all
+    assert shown_lines(sample, scores, 1, lambda ids: "x") == ["wa -> x (= reference 5)"]
+    assert shown_lines(sample, scores, 0, lambda ids: "x") == []

@@ -30,3 +30,7 @@ def test_padding_adds_pad_ids_false_masks_and_ignored_labels_and_no_token() -> N
     assert (padded.tf.labels[:, t:] == IGNORE_INDEX).all()
     assert (padded.tf.inputs[:, t:] == IDS.pad).all()
     assert (padded.tokens, padded.targets) == (batch.tokens, batch.targets)
+    # within a position limit below the rounded length, and one position short of a multiple
+    assert pad_to_multiple(batch, IDS.pad, 12).src.shape[1] == 12
+    short = make_batch(examples(2, seed=2, lengths=(15, 15)), IDS)
+    assert pad_to_multiple(short, IDS.pad, None).src.shape[1] == 16

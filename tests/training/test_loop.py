@@ -312,6 +312,11 @@ def test_adam_betas_and_eps_come_from_params(tmp_path: Path) -> None:
     assert (TrainConfig().betas, TrainConfig().eps) == ((0.9, 0.98), 1e-9)
     group = trainer(tmp_path, examples(4), betas=(0.8, 0.9), eps=1e-6).opt.param_groups[0]
     assert (group["betas"], group["eps"]) == ((0.8, 0.9), 1e-6)
+    # every kind starts at rate 0, as the ledger's state before the first step records it (the
+    # schedule sets each step's rate)
+    for portable, kernel in ((True, "unfused"), (False, "unfused"), (False, "fused")):
+        assert build_optimizer(nn.Linear(2, 2).parameters(), "adam", (0.9, 0.98), 1e-9, 0.0,
+                               portable, kernel).param_groups[0]["lr"] == 0.0
 
 
 # -- scheduled sampling ------------------------------------------------------------------------

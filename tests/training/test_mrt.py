@@ -9,7 +9,7 @@ import torch
 
 from seqcore.sequences import make_batch
 from seqcore.training.mrt import (
-    candidate_log_probs, candidate_sets, candidates, expected_risk, references, risk)
+    candidate_log_probs, candidate_sets, candidates, expected_risk, mrt_loss, references, risk)
 from tests.factories import IDS, examples, tiny_model
 
 
@@ -19,7 +19,7 @@ def test_risks_are_token_edits_over_the_reference_length_or_zero_one() -> None:
     assert risk((), (5, 6), "edit") == 1.0
     assert risk((5,), (), "edit") == 1.0  # an empty reference counts as one token
     assert risk((5, 7), (5, 6, 7), "zero_one") == 1.0 and risk((4,), (4,), "zero_one") == 0.0
-    with pytest.raises(ValueError, match="train.mrt_risk 'bleu'"):
+    with pytest.raises(ValueError, match="train.mrt_risk 'bleu': must be one of edit, zero_one"):
         risk((4,), (4,), "bleu")
 
 
@@ -36,6 +36,10 @@ def test_the_expected_risk_of_a_hand_made_distribution() -> None:
     two = expected_risk(torch.tensor([0.9, 0.1, 0.25, 0.75]).log(),
                         torch.tensor([1.0, 0.0, 0.0, 1.0]), [2, 2], 1.0)
     assert two.item() == pytest.approx(0.9 + 0.75)
+    # three sources of 1, 2 and 2 candidates: each window starts where the last one ended
+    three = expected_risk(torch.tensor([1.0, 0.5, 0.5, 0.2, 0.8]).log(),
+                          torch.tensor([0.3, 1.0, 0.0, 0.0, 1.0]), [1, 2, 2], 1.0)
+    assert three.item() == pytest.approx(0.3 + 0.5 + 0.8)
 
 
 def test_the_gradient_moves_probability_towards_lower_risk() -> None:
@@ -67,6 +71,16 @@ def test_candidate_log_probs_mask_pad_and_equal_each_candidate_alone() -> None:
             alone = candidate_log_probs(model, make_batch([pair], IDS), [[cand]], IDS)
             assert next(together) == pytest.approx(alone.item(), abs=1e-5)
     assert references(batch, IDS) == [tuple(ex.tgt) for ex in pairs]
+    # by hand: a candidate with EOS scores its tokens and EOS, one cut at the cap its tokens
+    [source] = pairs[:1]
+    one = make_batch([source], IDS)
+    inputs = torch.tensor([[IDS.bos, 5, 6]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(one.src, one.src_mask, inputs).float(), -1)[0]
+    with_eos = logp[0, 5] + logp[1, 6] + logp[2, IDS.eos]
+    cut = logp[0, 5] + logp[1, 6]
+    got = candidate_log_probs(model, one, [[((5, 6), True), ((5, 6), False)]], IDS)
+    assert got.tolist() == pytest.approx([with_eos.item(), cut.item()], abs=1e-5)
 
 
 def test_beam_candidates_are_distinct_and_sampled_ones_come_from_the_given_generator() -> None:
@@ -77,3 +91,24 @@ def test_beam_candidates_are_distinct_and_sampled_ones_come_from_the_given_gener
     drawn = [candidates(model, batch, IDS, 4, "sample", 6, torch.Generator().manual_seed(3))
              for _ in range(2)]
     assert drawn[0] == drawn[1] and all(len(r) == 4 for r in drawn[0])
+
+
+def test_the_mrt_loss_searches_as_asked_and_adds_the_reference_when_asked() -> None:
+    model = tiny_model(enc_layers=1, dec_layers=1, max_len=16, seed=7).train()
+    pairs = examples(3, seed=4, lengths=(2, 4))
+    batch = make_batch(pairs, IDS)
+    refs = references(batch, IDS)
+    for search in ("beam", "sample"):
+        for with_reference in (True, False):
+            gen, again = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+            out = mrt_loss(model, batch, IDS, 3, search, with_reference, "edit", 1.0, 6, gen)
+            sets = candidate_sets(candidates(model, batch, IDS, 3, search, 6, again), refs,
+                                  with_reference)
+            assert out.total.item() == pytest.approx(expected_risk(
+                candidate_log_probs(model, batch, sets, IDS),
+                torch.tensor([risk(t, r, "edit") for c, r in zip(sets, refs) for t, _ in c]),
+                [len(c) for c in sets], 1.0).item(), abs=1e-6)
+            assert all((ref in dict(c)) >= with_reference for c, ref in zip(sets, refs))
+            # beam search draws nothing from the generator; sampling draws from it
+            assert torch.equal(gen.get_state(), torch.Generator().manual_seed(5).get_state()) \
+                == (search == "beam")
