@@ -175,7 +175,7 @@ def tune(cfg: Config, beams: list[int], alphas: list[float],
 
 def write_params(path: Path, chosen: Scored) -> None:
     """Set the chosen decode settings and ``tuned_on: dev`` in params.yaml, in place: each
-    key's line in the decode section, comments and order kept."""
+    key's line in the decode section, comments (a line's own too) and order kept."""
     s = chosen.setting
     values = {"beam_size": str(s.beam), "alpha": f"{s.alpha!r}", "tuned_on": "dev"}
     # the model alone won: no rescoring; else the weight that won
@@ -186,7 +186,9 @@ def write_params(path: Path, chosen: Scored) -> None:
         raise ConfigError(f"{path}: no decode section to write the chosen settings into")
     body = section.group(1)
     for key, value in values.items():
-        body, n = re.subn(rf"(?m)^(  {key}:)[^\n#]*", rf"\g<1> {value}", body, count=1)
+        # the value only: the spaces before a line's comment stay (YAML needs them)
+        body, n = re.subn(rf"(?m)^(  {key}:)[^\n#]*?([ \t]*(?:#[^\n]*)?)$",
+                          rf"\g<1> {value}\g<2>", body, count=1)
         if n != 1:
             raise ConfigError(f"{path}: decode.{key} is not set in its decode section; add "
                               f"the line `  {key}: ...` there")

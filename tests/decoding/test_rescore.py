@@ -2,13 +2,16 @@
 probabilities against evaluate's teacher-forced NLL, the weight's ends against each ranking."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from seqcore.artifacts.baseline import BaselineRecord
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.config import ConfigError, config_from_dict
 from seqcore.data.examples import Example
-from seqcore.decoding.rescore import Candidate, candidates, model_log_probs, rescore
+from seqcore.decoding.rescore import (
+    Candidate, candidates, model_log_probs, pick, rescore, scored_candidates)
 from seqcore.metrics.teacher import teacher_forced_stats
 from seqcore.tasks.parallel.decode import baseline_rows
 from seqcore.tasks import ignored_settings, task_checked
@@ -37,12 +40,16 @@ def test_the_combined_score_is_log_linear_in_the_baseline_weight() -> None:
 
 def test_candidates_are_the_baseline_list_then_the_model_outputs_it_lacks(
         tgt_tok: Tokenizer) -> None:
-    base = row("w", ("K AE T", -1.0), [("K AA T", -3.0), ("K AE D", -4.5)])
-    model = row("w", ("G AE T", -0.5), [("K AE T", -0.7)])
+    base = row("w", ("K AE T", -1.0), [("K AA T", -3.0), ("", -0.5), ("K AE D", -4.5),
+                                        ("K EH T", None)])  # no output, no path: no candidate
+    model = row("w", ("G AE T", -0.5), [("K AE T", -0.7), ("B AE T", -0.9)])
     got = candidates(model, base, tgt_tok, IDS.unk)
     assert [(c.text, c.baseline) for c in got] == [
         ("K AE T", -1.0), ("K AA T", -3.0), ("K AE D", -4.5),
-        ("G AE T", -4.5)]  # the model's own output gets the lowest score of the list
+        ("G AE T", -4.5), ("B AE T", -4.5)]  # the model's own outputs: the list's lowest score
+    empty = row("w", ("", -0.5), [])  # a baseline row with no candidate: the floor is 0
+    assert [(c.text, c.baseline) for c in candidates(model, empty, tgt_tok, IDS.unk)] == [
+        ("G AE T", 0.0), ("K AE T", 0.0), ("B AE T", 0.0)]
 
 
 def test_a_candidate_with_an_unknown_phoneme_is_not_scored(tgt_tok: Tokenizer) -> None:
@@ -57,6 +64,36 @@ def test_model_log_probs_are_minus_the_teacher_forced_nll(tgt_tok: Tokenizer) ->
     ref = teacher_forced_stats(model, [Example(str(i), "", "", "", s, t, True)
                                        for i, (s, t) in enumerate(pairs)], IDS, 4)
     assert got == pytest.approx([-ref[str(i)].nll for i in range(len(pairs))], abs=1e-5)
+
+
+def test_each_candidate_gets_its_own_model_log_probability_and_keeps_its_baseline_score(
+        tgt_tok: Tokenizer) -> None:
+    model = tiny_model(vocab=tgt_tok.vocab_size)
+    ex = Example("w", "w", "cat", "K AE T", [5, 6, 7], [], True)
+    base = {"w": row("w", ("K AE T", -1.0), [("ZH OY", -2.0), ("K AA T", -3.0)])}
+    [got] = scored_candidates(model, [ex], [row("w", ("T AE K", -0.1), [])], base, tgt_tok,
+                              IDS, 2)
+    texts = ["K AE T", "K AA T", "T AE K"]  # "ZH OY" holds UNK: not scored
+    logp = model_log_probs(model, [(ex.src, tgt_tok.encode(t)) for t in texts], IDS, 8)
+    assert got == [Candidate(t, tgt_tok.encode(t), b, lp)
+                   for t, b, lp in zip(texts, (-1.0, -3.0, -3.0), logp, strict=True)]
+
+
+def test_the_picked_row_is_the_best_candidate_with_its_scores_and_the_rest_as_its_n_best(
+        tgt_tok: Tokenizer) -> None:
+    kat, kaat, bat = (tgt_tok.encode(t) for t in ("K AE T", "K AA T", "B AE T"))
+    cands = [Candidate("K AA T", kaat, -1.0, -6.0), Candidate("K AE T", kat, -2.0, -2.0),
+             Candidate("B AE T", bat, -3.0, -4.0)]
+    # weight 0.5: -3.5, -2.0, -3.5; K AE T first, the tie in list order; per token with EOS
+    own = replace(row("w", ("T AE", -0.1), []), eos=False)  # cut at 2 tokens, no EOS
+    assert pick(own, cands, 0.5, tgt_tok) == replace(
+        own, hypothesis="K AE T", tokens=kat, pieces=["▁K", "▁AE", "▁T"], score=-2.0,
+        norm_score=-0.5, length=3, eos=True,
+        nbest=[{"hypothesis": "K AA T", "tokens": kaat, "score": -3.5, "norm_score": -0.875,
+                "eos": True},
+               {"hypothesis": "B AE T", "tokens": bat, "score": -3.5, "norm_score": -0.875,
+                "eos": True}])
+    assert pick(own, [], 0.5, tgt_tok) is own  # nothing scored: the model's own row
 
 
 @pytest.mark.parametrize("weight", [0.0, 1.0])

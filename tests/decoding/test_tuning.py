@@ -1,13 +1,25 @@
-"""The dev tuning table's rules (seqcore/decoding/tuning.py): the choice and its ties, the
-wider-beam check, and the table's files (issue 52, item 4)."""
+"""The dev tuning's rules (seqcore/decoding/tuning.py): the choice and its ties, the
+wider-beam check, the table's files, a setting's rows, and ``--write``'s edit of params.yaml
+(issue 52, item 4; the command on the tiny result: tests/stages/test_tune.py)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import yaml
 
+from seqcore.artifacts.predictions import PredictionRow
+from seqcore.config import ConfigError, DecodeConfig
+from seqcore.data.examples import Example
+from seqcore.decoding.factory import make_decoder
+from seqcore.decoding.predictions import decode_examples
+from seqcore.decoding.rescore import pick, scored_candidates
 from seqcore.decoding.tuning import (
-    Scored, Setting, choose, table_csv, table_markdown, wider_beam_checks)
+    Scored, Setting, choose, decode_and_score, own_and_rescored, table_csv, table_markdown,
+    wider_beam_checks, write_params)
+from tests.factories import IDS, tiny_model, trained_tokenizer
 
 
 def row(beam: int, alpha: float, weight: float | None, wer: float, per: float) -> Scored:
@@ -27,7 +39,10 @@ def test_the_lowest_dev_wer_is_chosen_then_per_then_the_plainer_setting() -> Non
 def test_a_setting_without_figures_is_never_chosen_and_none_at_all_is_one_line() -> None:
     nan = row(1, 0.0, None, math.nan, math.nan)
     assert choose([nan, row(5, 0.6, None, 0.9, 0.5)]).setting.beam == 5
-    with pytest.raises(ValueError, match="no setting of the grid has a dev WER and PER"):
+    half = row(1, 0.0, None, math.nan, 0.01)  # a PER without a WER: no figures either
+    assert choose([half, row(3, 0.0, None, 0.9, 0.5)]).setting.beam == 3
+    with pytest.raises(ValueError, match=r"^no setting of the grid has a dev WER and PER \(an "
+                       r"empty dev split\?\)$"):
         choose([nan])
 
 
@@ -41,12 +56,87 @@ def test_a_wider_beam_that_scores_worse_than_a_narrower_one_is_named() -> None:
         "(27.00 %) on dev WER; a wider beam is not always better"]
 
 
+def test_a_beam_as_good_as_a_narrower_one_is_not_named_and_each_group_has_its_line() -> None:
+    rows = [row(1, 1.0, None, 0.30, 0.07), row(3, 1.0, None, 0.30, 0.07),
+            row(5, 1.0, None, 0.35, 0.08), row(3, 0.6, 0.5, 0.25, 0.06),
+            row(8, 0.6, 0.5, 0.26, 0.06)]
+    # beam 3 ties beam 1 (not worse, and beam 1 stays the best); the lines in key order
+    assert wider_beam_checks(rows) == [
+        "alpha 0.6, rescoring weight 0.5: beam 8 (26.00 %) worse than beam 3 (25.00 %) on dev "
+        "WER; a wider beam is not always better",
+        "alpha 1, the model alone: beam 5 (35.00 %) worse than beam 1 (30.00 %) on dev WER; a "
+        "wider beam is not always better"]
+
+
 def test_the_table_marks_the_chosen_row_and_lists_the_checks() -> None:
-    rows = [row(1, 0.0, None, 0.5, 0.25), row(3, 0.0, None, 0.25, 0.125)]
-    text = table_markdown(rows, rows[1], ["a check"], 1234)
-    assert text.splitlines()[0] == "# Decode settings on dev (1,234 rows)"
-    assert "| 3 | 0 | none | 25.00 | 25.00 | 12.50 | **chosen** |" in text
-    assert "| 1 | 0 | none | 50.00 | 50.00 | 25.00 |  |" in text
-    assert text.endswith("## Checks\n\n- a check\n")
+    rows = [row(1, 0.0, None, 0.5, 0.25), row(3, 0.6, 0.5, 0.25, 0.125)]
+    assert table_markdown(rows, rows[1], ["a check"], 1234) == (
+        "# Decode settings on dev (1,234 rows)\n\n"
+        "| beam | alpha | rescoring weight | WER | WER any ref. | PER | chosen |\n"
+        "|---:|---:|---|---:|---:|---:|---|\n"
+        "| 1 | 0 | none | 50.00 | 50.00 | 25.00 |  |\n"
+        "| 3 | 0.6 | 0.5 | 25.00 | 25.00 | 12.50 | **chosen** |\n\n"
+        "Chosen: the lowest dev WER; ties go to the lower PER, then to the narrower beam, the "
+        "smaller alpha and rescoring weight. The test split was not read.\n\n"
+        "## Checks\n\n- a check\n")
+    assert table_markdown(rows, rows[1], [], 1234).endswith("## Checks\n\n- none\n")
     assert table_csv(rows).splitlines() == ["beam,alpha,rescore_weight,wer,wer_any_ref,per",
-                                            "1,0.0,,0.5,0.5,0.25", "3,0.0,,0.25,0.25,0.125"]
+                                            "1,0.0,,0.5,0.5,0.25", "3,0.6,0.5,0.25,0.25,0.125"]
+
+
+PARAMS = """task: g2p
+decode:
+  # the search
+  beam_size: 5  # width
+  alpha: 0.6
+  rescore: baseline
+  rescore_weight: 0.5
+  tuned_on: none
+evaluate:
+  alpha: 9
+"""
+
+
+def test_write_sets_the_chosen_values_in_the_decode_section_keeping_every_comment(
+        tmp_path: Path) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_text(PARAMS)
+    write_params(path, row(3, 1.0, 0.3, 0.2, 0.1))
+    assert path.read_text() == PARAMS.replace("beam_size: 5  #", "beam_size: 3  #").replace(
+        "alpha: 0.6", "alpha: 1.0").replace("weight: 0.5", "weight: 0.3").replace(
+        "tuned_on: none", "tuned_on: dev")
+    assert yaml.safe_load(path.read_text())["decode"]["beam_size"] == 3  # not "3# width"
+    path.write_text(PARAMS)
+    write_params(path, row(1, 0.0, None, 0.2, 0.1))  # the model alone: rescoring off
+    assert path.read_text() == PARAMS.replace("beam_size: 5", "beam_size: 1").replace(
+        "alpha: 0.6", "alpha: 0.0").replace("rescore: baseline", "rescore: none").replace(
+        "tuned_on: none", "tuned_on: dev")
+    path.write_text("task: g2p\n")
+    with pytest.raises(ConfigError, match=f"^{path}: no decode section to write the chosen "):
+        write_params(path, row(1, 0.0, None, 0.2, 0.1))
+    path.write_text(PARAMS.replace("  tuned_on: none\n", ""))
+    with pytest.raises(ConfigError, match=rf"^{path}: decode.tuned_on is not set in its decode "
+                       r"section; add the line `  tuned_on: \.\.\.` there$"):
+        write_params(path, row(1, 0.0, None, 0.2, 0.1))
+
+
+PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
+
+
+def test_a_setting_is_the_models_own_rows_and_the_picks_of_their_scored_candidates(
+        tmp_path: Path) -> None:
+    tgt = trained_tokenizer(PHONES * 3, tmp_path / "tgt.model", "word", 13)
+    toks = SimpleNamespace(ids=IDS, tgt=tgt)
+    model = tiny_model(vocab=tgt.vocab_size)
+    examples = [Example(str(i), str(i), "cat", "K AE T", [5, 6, 7 + i], tgt.encode("K AE T"),
+                        True) for i in range(3)]
+    base = {e.id: PredictionRow(e.id, e.id, "cat", "K AE T", "K AA T", [], [], -1.0, -1.0, 3,
+                                True, [{"hypothesis": "B AE T", "tokens": [], "score": -2.0,
+                                        "norm_score": -2.0, "eos": True}]) for e in examples}
+    decode = DecodeConfig(strategy="greedy", max_len=6, batch_size=2, rescore_weight=0.7)
+    rows, scored = decode_and_score(model, examples, decode, toks, base)
+    assert rows == decode_examples(model, examples, make_decoder(decode, IDS), IDS, tgt, 2)
+    assert scored == scored_candidates(model, examples, rows, base, tgt, IDS, 2)
+    assert decode_and_score(model, examples, decode, toks, {}) == (rows, [])  # no rescoring
+    own, system = own_and_rescored(model, examples, decode, toks, base)
+    assert own == rows and system == [pick(r, c, 0.7, tgt) for r, c in zip(rows, scored)]

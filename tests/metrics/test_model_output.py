@@ -8,7 +8,7 @@ import pytest
 from seqcore.artifacts.predictions import Predictions, model_rows_path
 from seqcore.metrics.evaluation import EvalSpec, evaluate_predictions
 from seqcore.metrics.failures import FailureRules
-from seqcore.metrics.model_output import bucket_table, nll_sides, output_metrics
+from seqcore.metrics.model_output import bucket_table, model_output, nll_sides, output_metrics
 from seqcore.metrics.teacher import TeacherStats
 from seqcore.tasks import TaskError
 from seqcore.tasks.parallel.evaluate import model_rows
@@ -66,6 +66,22 @@ def test_each_bucket_carries_the_models_gap_and_its_nll_sides() -> None:
     assert long["hypothesis_token_nll"] == pytest.approx(1.5 / 2)
     assert long["nll_gap"] == pytest.approx(6.0 / 4 - 1.5 / 2)
     assert short["nll_gap"] == pytest.approx(1.5 / 3 - 0.5 / 3)
+    # automatic edges are cut from the rows, as evaluate cut the system's and the model's
+    auto = EvalSpec(edges="auto", rules=SPEC.rules, group_by="none", illegal=None)
+    own, system = (evaluate_predictions(rows, auto, REFERENCE) for rows in (OWN, SYSTEM))
+    assert [b["bucket"] for b in bucket_table(system, own, OWN, "auto", REFERENCE, hyp)] == \
+        [b["bucket"] for b in system.buckets]
+
+
+def test_the_model_output_part_holds_the_models_own_scores_and_nll_sides() -> None:
+    own = evaluate_predictions(OWN, SPEC, REFERENCE)
+    hyp = {"0": TeacherStats(0.5, 3, 3), "1": TeacherStats(1.5, 2, 2)}
+    # row 0 right, row 1 one substitution in 3 tokens: WER 1/2, token error rate 1/5
+    assert model_output(own, OWN, REFERENCE, hyp) == pytest.approx({
+        "word_error_rate": 0.5, "token_error_rate": 0.2, "token_error_rate_multi_ref": 0.2,
+        "exact_match": 0.5, "exact_match_multi_ref": 0.5, "word_error_rate_multi_ref": 0.5,
+        "reference_token_nll": 7.5 / 7, "hypothesis_token_nll": 2.0 / 5,
+        "nll_gap": 7.5 / 7 - 2.0 / 5, "hypothesis_tokens": 5})
 
 
 def test_a_model_rows_file_of_other_examples_stops_evaluate_in_one_line(tmp_path: Path) -> None:
