@@ -16,6 +16,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
 from seqcore.artifacts.predictions import PredictionRow, Predictions
 from seqcore.artifacts.tokenizer_contract import (
     SideContract,
@@ -321,6 +322,47 @@ def trained_tokenizer(texts: list[str], path: Path, model_type: str = "char", vo
     """A SentencePiece tokenizer trained on ``texts`` and saved at ``path``."""
     settings = TokenizerSettings(model_type, vocab, coverage)  # type: ignore[arg-type]
     return Tokenizer(train_sentencepiece(texts, settings, ids, path))
+
+
+#: The words and pronunciations of :func:`model_files`' tokenizers.
+WORDS = ["cat", "bat", "tack", "act", "tab"]
+PHONES = ["K AE T", "B AE T", "T AE K", "AE K T", "T AE B"]
+
+
+def model_files(folder: Path) -> Path:
+    """``folder`` with what a result's model is read from, written by hand: the tokenizers
+    (char sources, word targets, trained on :data:`WORDS` and :data:`PHONES`) and their
+    ``contract.json``, and model files keyed to them (a Transformer of d=16, seeded, trained
+    for 4 source tokens, 1 thread): ``model.pt`` untrained, ``ends.pt`` that ends every output
+    at once (empty, with EOS), ``unk.pt`` that writes UNK at every step, and ``other.pt``
+    keyed to another source tokenizer."""
+    src = trained_tokenizer(WORDS * 4, folder / "src.model", "char", 10)
+    tgt = trained_tokenizer(PHONES * 4, folder / "tgt.model", "word", 10)
+    sides = {name: SideContract(f"{name}.model", tok.sha256, kind, tok.vocab_size, 10, 1.0)
+             for name, tok, kind in (("src", src, "char"), ("tgt", tgt, "word"))}
+    dataclasses.replace(CONTRACT, **sides).save(folder / "contract.json")
+    shape = ModelConfig(transformer=TransformerConfig(d_model=16, n_heads=2, enc_layers=1,
+                                                      dec_layers=1, d_ff=32))
+    info = ModelInfo(shape, src.vocab_size, tgt.vocab_size, IDS.pad, 8)
+    torch.manual_seed(0)
+    model = build_model(shape, src.vocab_size, tgt.vocab_size, IDS.pad, 8)
+    contract = {"tokenizer.src.sha256": src.sha256, "tokenizer.tgt.sha256": tgt.sha256,
+                "train.threads": 1, "sequence.max_src_len": 4}
+    meta = ModelMeta("sig", 0, "last", 0, 0, None, contract)
+    ModelFile(model.state_dict(), meta, info).save(folder / "model.pt")
+    # the decoder's output made a constant along its first dimension, which only one
+    # token's logit reads: EOS (an empty output, ended), then UNK (at every step)
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    weights["dec_norm.weight"].zero_()
+    weights["dec_norm.bias"].zero_()[0] = 1.0
+    for name, token in (("ends.pt", IDS.eos), ("unk.pt", IDS.unk)):
+        weights["proj.weight"][:, 0] = 0.0
+        weights["proj.weight"][token, 0] = 10.0
+        ModelFile(weights, meta, info).save(folder / name)
+    other = dict(contract, **{"tokenizer.src.sha256": "0" * 64})
+    ModelFile(model.state_dict(), dataclasses.replace(meta, training_contract=other),
+              info).save(folder / "other.pt")
+    return folder
 
 
 def written(path: Path, data: str | bytes) -> Path:

@@ -11,56 +11,24 @@ from pathlib import Path
 import pytest
 
 from seqcore.artifacts.baseline import BaselineRecord
-from seqcore.artifacts.model_file import ModelFile, ModelInfo, ModelMeta
-from seqcore.artifacts.tokenizer_contract import SideContract
 from seqcore.config import (
-    BaselineConfig, Config, DecodeConfig, ModelConfig, PathsConfig, TransformerConfig)
+    BaselineConfig, Config, DecodeConfig, PathsConfig)
 from seqcore.data.examples import Example
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
-from seqcore.models import build_model
 from seqcore.hashing import sha256_file
 from seqcore.predictor import Answer, Predictor, Rescoring, UnusableBaseline, output_problem
 from seqcore.tokenizer import TokenizerMismatch
-from tests.factories import CONTRACT, IDS, trained_tokenizer, written
+from tests.factories import IDS, model_files, written
 
-WORDS = ["cat", "bat", "tack", "act", "tab"]
-PHONES = ["K AE T", "B AE T", "T AE K", "AE K T", "T AE B"]
-MODEL = ModelConfig(transformer=TransformerConfig(d_model=16, n_heads=2, enc_layers=1,
-                                                  dec_layers=1, d_ff=32))
 #: greedy, at most 5 tokens: an untrained model often runs out before its EOS
 DECODE = DecodeConfig(strategy="greedy", max_len=5, batch_size=2, rescore="none")
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A model file (seeded, untrained) and the tokenizer contract it was keyed to."""
-    folder = tmp_path_factory.mktemp("result")
-    src = trained_tokenizer(WORDS * 4, folder / "src.model", "char", 10)
-    tgt = trained_tokenizer(PHONES * 4, folder / "tgt.model", "word", 10)
-    sides = {name: SideContract(f"{name}.model", tok.sha256, kind, tok.vocab_size, 10, 1.0)
-             for name, tok, kind in (("src", src, "char"), ("tgt", tgt, "word"))}
-    replace(CONTRACT, **sides).save(folder / "contract.json")
-    info = ModelInfo(MODEL, src.vocab_size, tgt.vocab_size, IDS.pad, 8)
-    model = build_model(MODEL, src.vocab_size, tgt.vocab_size, IDS.pad, 8)
-    contract = {"tokenizer.src.sha256": src.sha256, "tokenizer.tgt.sha256": tgt.sha256,
-                "train.threads": 1, "sequence.max_src_len": 4}
-    meta = ModelMeta("sig", 0, "last", 0, 0, None, contract)
-    ModelFile(model.state_dict(), meta, info).save(folder / "model.pt")
-    # the same model made to end at once: the decoder's output a constant along its first
-    # dimension, which only EOS's logit reads (an empty output, ended: an answer)
-    weights = {k: v.clone() for k, v in model.state_dict().items()}
-    weights["dec_norm.weight"].zero_()
-    weights["dec_norm.bias"].zero_()[0] = 1.0
-    weights["proj.weight"][:, 0] = 0.0
-    weights["proj.weight"][IDS.eos, 0] = 10.0
-    ModelFile(weights, meta, info).save(folder / "ends.pt")
-    weights["proj.weight"][:, 0] = 0.0  # and one that writes UNK at every step
-    weights["proj.weight"][IDS.unk, 0] = 10.0
-    ModelFile(weights, meta, info).save(folder / "unk.pt")
-    other = dict(contract, **{"tokenizer.src.sha256": "0" * 64})  # keyed to another tokenizer
-    ModelFile(model.state_dict(), replace(meta, training_contract=other), info).save(
-        folder / "other.pt")
+    """The model files and their tokenizer contract (tests.factories.model_files)."""
+    folder = model_files(tmp_path_factory.mktemp("result"))
     return folder / "model.pt", folder / "contract.json"
 
 

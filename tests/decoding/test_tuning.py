@@ -3,23 +3,27 @@ wider-beam check, the table's files, a setting's rows, and ``--write``'s edit of
 (issue 52, item 4; the command on the tiny result: tests/stages/test_tune.py)."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from seqcore.artifacts.predictions import PredictionRow
-from seqcore.config import ConfigError, DecodeConfig
-from seqcore.data.examples import Example
+from seqcore.artifacts.predictions import PredictionRow, Predictions
+from seqcore.config import Config, ConfigError, DecodeConfig, PathsConfig
+from seqcore.data.examples import Example, write_examples
 from seqcore.decoding.factory import make_decoder
 from seqcore.decoding.predictions import decode_examples
 from seqcore.decoding.rescore import pick, scored_candidates
 from seqcore.decoding.tuning import (
-    Scored, Setting, choose, decode_and_score, own_and_rescored, table_csv, table_markdown,
+    Scored, Setting, choose, decode_and_score, own_and_rescored, table_csv, table_markdown, tune,
     wider_beam_checks, write_params)
-from tests.factories import IDS, tiny_model, trained_tokenizer
+from seqcore.tokenizer import Tokenizer, TokenizerMismatch
+from tests.factories import (
+    IDS, PHONES as WORD_PHONES, WORDS, model_files, tiny_model, trained_tokenizer)
 
 
 def row(beam: int, alpha: float, weight: float | None, wer: float, per: float) -> Scored:
@@ -140,3 +144,41 @@ def test_a_setting_is_the_models_own_rows_and_the_picks_of_their_scored_candidat
     assert decode_and_score(model, examples, decode, toks, {}) == (rows, [])  # no rescoring
     own, system = own_and_rescored(model, examples, decode, toks, base)
     assert own == rows and system == [pick(r, c, 0.7, tgt) for r, c in zip(rows, scored)]
+
+
+def test_every_setting_of_the_grid_is_scored_on_dev_with_known_answers(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # the model that ends every output at once (empty: every word wrong), and a baseline
+    # whose list holds each word's reference alone: at weight 1 its ranking (all right), at
+    # weight 0 the model's, which prefers its empty output (all wrong)
+    folder = model_files(tmp_path)
+    src, tgt = (Tokenizer(folder / f"{side}.model") for side in ("src", "tgt"))
+    dev = [Example(str(i), w, w, p, src.encode(w), tgt.encode(p), True)
+           for i, (w, p) in enumerate(zip(WORDS[:3], WORD_PHONES[:3], strict=True))]
+    for sub in ("encoded", "base"):
+        (tmp_path / sub).mkdir()
+    write_examples(dev, tmp_path / "encoded/dev.jsonl")
+    Predictions([PredictionRow(e.id, e.group, e.source, e.target, e.target, e.tgt, [], -1.0,
+                               -0.25, 3, True, []) for e in dev]).save(tmp_path / "base/dev.jsonl")
+    paths = PathsConfig(model=str(folder / "ends.pt"), tokenizer=str(folder),
+                        encoded=str(tmp_path / "encoded"), baseline=str(tmp_path / "base"))
+    cfg = Config(paths=paths, decode=DecodeConfig(max_len=5, batch_size=2, rescore="baseline"))
+    rows, count = tune(cfg, [1, 2], [0.0, 1.0], [0.0, 1.0])
+    assert count == 3
+    assert [r.setting for r in rows] == [Setting(b, a, w) for b in (1, 2) for a in (0.0, 1.0)
+                                         for w in (None, 0.0, 1.0)]
+    # the model alone and weight 0: every output empty (WER 1, PER 1: all deletions)
+    assert [(r.wer, r.per, r.wer_any) for r in rows] == [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0),
+                                                         (0.0, 0.0, 0.0)] * 4
+    progress = re.findall(r"\[tune\] beam (\d), alpha ([\d.]+): 3 dev rows in (\d+) s\n",
+                          capsys.readouterr().err)
+    assert [(b, a) for b, a, _ in progress] == [("1", "0"), ("1", "1"), ("2", "0"), ("2", "1")]
+    assert all(int(seconds) < 60 for _, _, seconds in progress)
+    # no rescoring: no weights scored, and the baseline's files not read
+    plain = dataclasses.replace(cfg, decode=dataclasses.replace(cfg.decode, rescore="none"),
+                                paths=dataclasses.replace(paths, baseline=str(tmp_path / "no")))
+    alone, _ = tune(plain, [1], [0.0], [0.5])
+    assert [r.setting for r in alone] == [Setting(1, 0.0, None)] and alone[0].wer == 1.0
+    other = dataclasses.replace(paths, model=str(folder / "other.pt"))
+    with pytest.raises(TokenizerMismatch, match="the model was trained with another tokenizer"):
+        tune(dataclasses.replace(cfg, paths=other), [1], [0.0], [0.5])
