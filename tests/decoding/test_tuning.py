@@ -23,7 +23,7 @@ from seqcore.decoding.tuning import (
     wider_beam_checks, write_params)
 from seqcore.tokenizer import Tokenizer, TokenizerMismatch
 from tests.factories import (
-    IDS, PHONES as WORD_PHONES, WORDS, model_files, tiny_model, trained_tokenizer)
+    IDS, PHONES, WORDS, model_files, tiny_model, trained_tokenizer)
 
 
 def row(beam: int, alpha: float, weight: float | None, wer: float, per: float) -> Scored:
@@ -124,17 +124,14 @@ def test_write_sets_the_chosen_values_in_the_decode_section_keeping_every_commen
         write_params(path, row(1, 0.0, None, 0.2, 0.1))
 
 
-PHONES = ["K AE T", "K AA T", "K AE D", "G AE T", "K EH T", "B AE T", "T AE K"]
-
-
 def test_a_setting_is_the_models_own_rows_and_the_picks_of_their_scored_candidates(
         tmp_path: Path) -> None:
-    tgt = trained_tokenizer(PHONES * 3, tmp_path / "tgt.model", "word", 13)
+    tgt = trained_tokenizer(PHONES * 3, tmp_path / "tgt.model", "word", 10)
     toks = SimpleNamespace(ids=IDS, tgt=tgt)
     model = tiny_model(vocab=tgt.vocab_size)
-    examples = [Example(str(i), str(i), "cat", "K AE T", [5, 6, 7 + i], tgt.encode("K AE T"),
+    examples = [Example(str(i), str(i), "cat", "K AE T", [4 + i, 5, 6], tgt.encode("K AE T"),
                         True) for i in range(3)]
-    base = {e.id: PredictionRow(e.id, e.id, "cat", "K AE T", "K AA T", [], [], -1.0, -1.0, 3,
+    base = {e.id: PredictionRow(e.id, e.id, "cat", "K AE T", "T AE K", [], [], -1.0, -1.0, 3,
                                 True, [{"hypothesis": "B AE T", "tokens": [], "score": -2.0,
                                         "norm_score": -2.0, "eos": True}]) for e in examples}
     decode = DecodeConfig(strategy="greedy", max_len=6, batch_size=2, rescore_weight=0.7)
@@ -154,7 +151,7 @@ def test_every_setting_of_the_grid_is_scored_on_dev_with_known_answers(
     folder = model_files(tmp_path)
     src, tgt = (Tokenizer(folder / f"{side}.model") for side in ("src", "tgt"))
     dev = [Example(str(i), w, w, p, src.encode(w), tgt.encode(p), True)
-           for i, (w, p) in enumerate(zip(WORDS[:3], WORD_PHONES[:3], strict=True))]
+           for i, (w, p) in enumerate(zip(WORDS[:3], PHONES[:3], strict=True))]
     for sub in ("encoded", "base"):
         (tmp_path / sub).mkdir()
     write_examples(dev, tmp_path / "encoded/dev.jsonl")

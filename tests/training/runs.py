@@ -22,9 +22,13 @@ def log_text(run: TrainLoop) -> list[tuple[str, ...]]:
     return [tuple(map(repr, e.row())) for e in run.state.history]
 
 
-def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
+def same_state(sa: dict[str, torch.Tensor], sb: dict[str, torch.Tensor]) -> bool:
+    """The same tensor names, each bitwise equal."""
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return same_state(a.state_dict(), b.state_dict())
 
 
 def assert_same_run(a: TrainLoop, b: TrainLoop) -> None:

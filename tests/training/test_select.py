@@ -17,7 +17,7 @@ from seqcore.training.loop import TrainLoop
 from seqcore.training.select import save_selected
 from seqcore.training.setups import Setup
 from tests.factories import s2s_loop
-from tests.training.runs import same_weights, trained
+from tests.training.runs import same_state, same_weights, trained
 
 
 def saving(loop: TrainLoop, tmp: Path, select: str) -> tuple[Config, Setup, list[ModelMeta]]:
@@ -52,8 +52,7 @@ def test_best_dev_saves_the_best_steps_weights_records_them_and_copies_the_ledge
     assert metas == [ModelMeta("sig", 6, "best_dev", chosen.step, state.best_step,
                                state.best_dev, loop.contract)]
     best = Checkpoint.load(loop.ckpt.root / "best.pt")
-    assert best.step == chosen.step and all(
-        (a == b).all() for a, b in zip(best.weights.values(), loop.model.state_dict().values()))
+    assert best.step == chosen.step and same_state(best.weights, loop.model.state_dict())
     assert sorted(p.name for p in (tmp_path / "ledger").iterdir()) == sorted(
         [name for p in ledger_files(loop.ckpt.ledger) for name in (p.name, p.name + ".sha256")]
         + ["best.pt", "best.pt.sha256"])
@@ -76,7 +75,7 @@ def test_last_without_dev_records_no_best_and_a_lost_best_or_ledger_state_is_a_w
     cfg, setup, metas = saving(last, tmp_path / "a", "last")
     assert save_selected(cfg, setup, last.ckpt, last.state).warnings == []
     assert metas[0].selected_step == 3 and metas[0].best_dev_nll is None
-    assert all((before[k] == v).all() for k, v in last.model.state_dict().items())
+    assert same_state(before, last.model.state_dict())
     assert TrainMetrics.load(tmp_path / "a" / "train_metrics.json").best_dev_nll is None
 
     run = trained(s2s_loop(tmp_path / "best", 6, 4, eval_every=2, select="best_dev", lr=3e-2,
@@ -95,5 +94,5 @@ def test_last_without_dev_records_no_best_and_a_lost_best_or_ledger_state_is_a_w
         "them, or under another train.ledger_every): the audit replays longer segments around "
         "them; train.resume: fresh rebuilds it"]
     assert metas[0].selected_step == 6 and math.isfinite(metas[0].best_dev_nll)
-    assert all((final[k] == v).all() for k, v in run.model.state_dict().items())
+    assert same_state(final, run.model.state_dict())
     assert not same_weights(run.model, last.model)
