@@ -15,13 +15,6 @@ def parse_signature(sig: str) -> dict[str, str]:
     return dict(kv.split(":", 1) for kv in sig.split("|") if kv)
 
 
-def signature_diff(expected: str, got: str) -> list[str]:
-    """Field-by-field differences between two signatures (empty when equal)."""
-    a, b = parse_signature(expected), parse_signature(got)
-    return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
-
-
 def inherited_diff(stored: str, base: str) -> list[str]:
     """Where ``stored`` does not extend ``base``: each field of ``base`` (the signature of an
     upstream file, e.g. the tokenizer's) that ``stored`` (a later one, e.g. the model's) lacks

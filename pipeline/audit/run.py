@@ -8,7 +8,7 @@ result was committed with it, else the first later one (the documented order com
 result after the run). It is checked out
 in a temporary git worktree; DVC brings its outputs from this repository's cache, or the
 configured remote; the audit runs there on the auditor's code, and the verdict is written
-back to the run as tags (``VERDICT_TAGS``), so the MLflow run table shows which runs are
+back to the run as tags (``verdict.verdict_tags``), so the MLflow run table shows which runs are
 audited. A run, commit or output that cannot be found stops with one line.
 """
 

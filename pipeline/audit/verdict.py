@@ -1,20 +1,18 @@
 """Who audited what, and where the verdict goes: the line naming the code that audits a
 result (issue 33: audit with code you trust), the verdict stamped on the registered model
 versions of the audited run (issue 29), and the verdict tags an audit from a run id writes on
-the run (``python -m pipeline.audit --run``; the run comparison ignores AUDIT_TAG)."""
+the run (``python -m pipeline.audit --run``; the run comparison ignores these ``audit.`` tags:
+mlflow_run.AUDIT_TAG)."""
 
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
 
-from pipeline.audit.mlflow_run import AUDIT_TAG
 from pipeline.git_state import head_commit
 from seqcore.audit import WARNING, AuditReport
 from seqcore.hashing import sha256_file
 
-#: The tags ``--run`` writes on the run it audited.
-VERDICT_TAGS = tuple(f"{AUDIT_TAG}{name}" for name in ("status", "at", "by", "checks"))
 
 
 def stamp_versions(uri: str, report: AuditReport) -> str:

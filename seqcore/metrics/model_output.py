@@ -25,7 +25,7 @@ from typing import Any
 
 from seqcore.artifacts.predictions import PredictionRow
 from seqcore.metrics.evaluation import (
-    Evaluation, bucket_index, bucket_label, prediction_metrics, resolved_edges)
+    Evaluation, bucket_name, prediction_metrics, resolved_edges)
 from seqcore.metrics.teacher import TeacherStats, nll_summary
 
 #: The figures that describe what a decoder wrote rather than how well it scored: the
@@ -75,7 +75,7 @@ def bucket_table(system: Evaluation, own: Evaluation, rows: list[PredictionRow],
     cut = resolved_edges(edges, rows)
     by_bucket: dict[str, list[PredictionRow]] = defaultdict(list)
     for r in rows:
-        by_bucket[bucket_label(bucket_index(len(r.reference.split()), cut), cut)].append(r)
+        by_bucket[bucket_name(len(r.reference.split()), cut)].append(r)
     mine = {b["bucket"]: b for b in own.buckets}
     out = []
     for b in system.buckets:

@@ -42,8 +42,7 @@ import torch
 from torch import nn
 
 # The log's row type is plain data in the artifact (the metrics read the log without training).
-from seqcore.artifacts.train_log import (  # noqa: F401 (LOG_COLUMNS, StepLog re-exported)
-    DECODE_COLUMNS, LOG_COLUMNS, StepLog)
+from seqcore.artifacts.train_log import DECODE_COLUMNS, StepLog
 from seqcore.config import TrainConfig
 from seqcore.training import distributed
 from seqcore.training.checkpoint import (
