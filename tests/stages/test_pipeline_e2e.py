@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import TINY_PARAMS, dvc, dvc_process, restored, run_python
+from pipeline.git_state import commit_copy
+from tests.pipeline_helpers import (
+    TINY_PARAMS, dvc, dvc_process, restored, result_runs, run_python, tool_env)
 
 pytestmark = pytest.mark.e2e
 STAGES = ("fetch", "prepare", "tokenizer", "train", "decode", "evaluate")
@@ -39,6 +41,28 @@ def test_status_is_clean_and_second_repro_reruns_nothing(result: Path) -> None:
     assert "up to date" in dvc(result, "status")
     out = dvc(result, "repro")
     assert "Running stage" not in out
+
+
+def test_make_repro_scores_again_so_git_status_shows_a_figure_forged_with_its_lock(
+        result_copy: Path) -> None:
+    """In a fresh clone evaluate's outs are the committed reports, which match their lock, so
+    `dvc repro` skips evaluate: a figure forged in reports/metrics.json together with its md5
+    in dvc.lock would pass a clean `git status`. `make repro` runs the evaluation anyway: the
+    recomputed file replaces the forged one, `git status` names it, and the run is logged."""
+    repo, metrics = result_copy, result_copy / "reports/metrics.json"
+    true = metrics.read_bytes()
+    metrics.write_text(json.dumps(json.loads(true) | {"word_error_rate": 0.01}, indent=2))
+    dvc(repo, "commit", "-f", "evaluate")  # the forger's lock: the forged file's md5
+    commit_copy(repo, "a forged result", "forger")
+    runs = len(result_runs(repo)[1])
+    made = subprocess.run(["make", "-s", "-o", ".venv/.installed", "repro"], cwd=repo,
+                          env=tool_env(), capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    assert metrics.read_bytes() == true
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    assert sorted(status) == [" M dvc.lock", " M reports/metrics.json"]
+    assert len(result_runs(repo)[1]) == runs + 1
 
 
 def test_metrics_are_within_their_valid_ranges(result: Path) -> None:
