@@ -14,7 +14,6 @@ from seqcore.audit import WARNING, AuditReport
 from seqcore.hashing import sha256_file
 
 
-
 def stamp_versions(uri: str, report: AuditReport) -> str:
     """The verdict as tags of the registered versions the audited run logged (issue 29):
     ``audit.status`` (the verdict line) and ``audit.commit`` (the audited checkout), shown on
