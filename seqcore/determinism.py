@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -57,6 +58,19 @@ def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
     return torch.device("cuda", index)
 
 
+def deterministic_kernels() -> None:
+    """Switch on torch's deterministic kernels (``torch.use_deterministic_algorithms(True)``).
+
+    torch's public call also sets the Inductor's flag, and importing the Inductor for it
+    costs 1.1 s at every stage start (sympy, dynamo); seqcore compiles nothing, so the flag
+    is set on the Inductor only where something has already imported it.
+    """
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch._C._set_deterministic_algorithms(True, warn_only=False)
+
+
 def set_determinism(seed: int, threads: int, device: torch.device | None = None) -> None:
     """Seed python, numpy and torch (CPU and CUDA) and force deterministic kernels."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # harmless on CPU
@@ -66,7 +80,7 @@ def set_determinism(seed: int, threads: int, device: torch.device | None = None)
         torch.backends.cuda.matmul.allow_tf32 = False  # TF32 changes results by GPU generation
         torch.backends.cudnn.allow_tf32 = False
         torch.cuda.set_device(device)
-    torch.use_deterministic_algorithms(True)
+    deterministic_kernels()
     torch.set_num_threads(threads)
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -25,7 +25,7 @@ SPECIAL_PIECES = frozenset({PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE})
 
 def normalize(text: str, form: Normalization, casefold: bool) -> str:
     """Unicode-normalise, optionally case-fold, and collapse runs of whitespace to one space."""
-    if form != "none":
+    if form != "none" and not text.isascii():  # ASCII is its own NFC and NFKC form
         text = unicodedata.normalize(form.upper(), text)
     if casefold:
         text = text.casefold()
@@ -46,7 +46,7 @@ def normalization_changes(text: str, form: Normalization) -> bool:
     """True if :func:`normalize` with ``form`` (no case folding) gives another text than with
     ``"none"``: the form changes a character (the common case, text already in the form, is
     answered without normalising)."""
-    if form == "none" or unicodedata.is_normalized(form.upper(), text):
+    if form == "none" or text.isascii() or unicodedata.is_normalized(form.upper(), text):
         return False
     return normalize(text, form, False) != normalize(text, "none", False)
 

@@ -18,6 +18,7 @@ import pytest  # noqa: E402 (after the profile's environment)
 import torch  # noqa: E402
 
 from seqcore.contract import SpecialIds
+from seqcore.determinism import deterministic_kernels
 from tests.factories import IDS
 from tests.pipeline_helpers import (
     AUDIT_SAMPLE, TINY_PARAMS, copy_repo, copy_result, dvc, merge)
@@ -36,7 +37,7 @@ def _deterministic() -> None:
     # loadfile), and two workers of two OpenMP threads each on two cores wait for each other
     # (10-40x slower); no test's result depends on the thread count.
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    deterministic_kernels()
     torch.manual_seed(0)
 
 

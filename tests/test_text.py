@@ -29,3 +29,12 @@ def test_normalization_changes_answers_as_comparing_the_two_normalisations(
         text: str, form: str) -> None:
     full = normalize(text, form, False) != normalize(text, "none", False)  # type: ignore[arg-type]
     assert normalization_changes(text, form) == full  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("form", ["nfc", "nfkc"])
+def test_normalize_agrees_with_unicodedata_on_every_ascii_character(form: str) -> None:
+    # normalize skips unicodedata for ASCII text (its own NFC and NFKC form): the reference
+    for text in (f"a{chr(c)}b" for c in range(128)):
+        reference = " ".join(unicodedata.normalize(form.upper(), text).split())
+        assert normalize(text, form, False) == reference  # type: ignore[arg-type]
+        assert not normalization_changes(text, form)  # type: ignore[arg-type]

@@ -38,10 +38,10 @@ STAGES = ("validate", "fetch", "prepare", "tokenizer", "baseline", "train", "dec
 #: value than the server's needs a fresh interpreter.
 IMPORT_TIME_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
 #: Task pieces the stages load by name (seqcore.tasks), what the audit imports when it runs,
-#: and what the stages import lazily: ``torch.use_deterministic_algorithms`` imports
-#: torch._inductor (sympy, dynamo: 1.2 s), evaluate MLflow's SQL store and ruamel. Imported
+#: and what the stages import lazily: a torch optimizer's constructor imports torch._dynamo
+#: (sympy, the Inductor's config: 1.1 s), evaluate MLflow's SQL store and ruamel. Imported
 #: ahead like the stages (a child that imports a module pays for it on every fork).
-WARM = ("torch", "torch._inductor.config", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
+WARM = ("torch", "torch._dynamo", "mlflow", "mlflow.store.tracking.sqlalchemy_store",
         "sqlalchemy.dialects.sqlite", "alembic.command", "ruamel.yaml", "sentencepiece",
         "sacrebleu", "matplotlib.backends.backend_agg", "dvc.repo",
         "seqcore.tasks.parallel.decode", "seqcore.tasks.parallel.evaluate",
