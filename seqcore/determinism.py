@@ -62,7 +62,8 @@ def deterministic_kernels() -> None:
     """Switch on torch's deterministic kernels (``torch.use_deterministic_algorithms(True)``).
 
     torch's public call also sets the Inductor's flag, and importing the Inductor for it
-    costs 1.1 s at every stage start (sympy, dynamo); seqcore compiles nothing, so the flag
+    costs 1.1 s (sympy, dynamo) in a process that builds no optimizer (decode, evaluate, the
+    served model; a torch optimizer imports it anyway); seqcore compiles nothing, so the flag
     is set on the Inductor only where something has already imported it.
     """
     if "torch._inductor.config" in sys.modules:
