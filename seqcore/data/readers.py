@@ -77,8 +77,7 @@ def read_pairs(
     seen: set[tuple[str, str]] = set()
     seen_ids: set[str] = set()
     for lineno, text, fixes, utf8 in read_lines(path):
-        if fixes:
-            result.rejects += [Reject(name, lineno, fix, "", "altered") for fix in fixes]
+        result.rejects += [Reject(name, lineno, fix, "", "altered") for fix in fixes]
         if not utf8:
             _reject(result, policy, Reject(name, lineno, "invalid-utf8", text))
             continue
@@ -106,10 +105,9 @@ def read_pairs(
         seen.add((pair.source, pair.target))
         seen_ids.add(pair.id)
         result.pairs.append(pair)
-        for side, value in (("source", fields.source), ("target", fields.target)):
-            if normalization_changes(value, norm):
-                result.rejects.append(Reject(name, lineno, f"{norm}-changed-{side}", text,
-                                             "altered"))
+        sides = (("source", fields.source), ("target", fields.target))
+        result.rejects += [Reject(name, lineno, f"{norm}-changed-{side}", text, "altered")
+                           for side, value in sides if normalization_changes(value, norm)]
         if len(result.pairs) == limit:
             break
     return result
